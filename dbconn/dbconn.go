@@ -1,0 +1,211 @@
+package dbconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// DSNError reports a DSN that could not be parsed. Its message never
+// contains the DSN itself, only the reason.
+type DSNError struct {
+	Reason string
+}
+
+func (e *DSNError) Error() string {
+	return "malformed DSN: " + e.Reason + " (expected postgres://user@host:port/dbname?param=value or key=value pairs; check --dsn, LEASECTL_DSN or DATABASE_URL)"
+}
+
+// ConnectError reports that the server could not be reached or refused the
+// connection (network, TLS, authentication). Addr names the host:port or
+// socket that was tried; the message says what to check.
+type ConnectError struct {
+	Addr string
+	User string
+	Err  error
+	hint string
+}
+
+func (e *ConnectError) Error() string {
+	msg := fmt.Sprintf("connect to %s: %s", e.Addr, conciseCause(e.Err))
+	if e.hint != "" {
+		msg += " (" + e.hint + ")"
+	}
+	return msg
+}
+
+// Unwrap returns the underlying pgx or network error.
+func (e *ConnectError) Unwrap() error { return e.Err }
+
+// IsAuth reports whether the server rejected the credentials.
+func (e *ConnectError) IsAuth() bool {
+	var pgErr *pgconn.PgError
+	return errors.As(e.Err, &pgErr) && strings.HasPrefix(pgErr.Code, "28")
+}
+
+// Parse parses dsn like libpq does (URL or key=value, with PG* environment
+// variables, pgpass and service files filling in what it leaves out) and
+// returns a config that works through poolers: no statement cache and
+// QueryExecModeExec. A connect timeout is applied when timeout > 0 and the
+// DSN does not set connect_timeout itself.
+func Parse(dsn string, timeout time.Duration) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, &DSNError{Reason: Scrub(parseReason(err), dsn)}
+	}
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
+	cfg.StatementCacheCapacity = 0
+	cfg.DescriptionCacheCapacity = 0
+	if timeout > 0 && !strings.Contains(dsn, "connect_timeout") {
+		cfg.ConnectTimeout = timeout
+	}
+	return cfg, nil
+}
+
+// Connect opens one connection with cfg. The context bounds the whole
+// attempt, including authentication. Failures are returned as *ConnectError.
+func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, newConnectError(cfg, err)
+	}
+	return conn, nil
+}
+
+// Addr renders the first host of cfg as host:port, or the socket path for a
+// unix-socket host.
+func Addr(cfg *pgconn.Config) string {
+	if strings.HasPrefix(cfg.Host, "/") {
+		return fmt.Sprintf("%s/.s.PGSQL.%d", strings.TrimSuffix(cfg.Host, "/"), cfg.Port)
+	}
+	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+}
+
+// Addrs renders every host pgx will try, in order, comma separated.
+func Addrs(cfg *pgconn.Config) string {
+	addrs := []string{Addr(cfg)}
+	for _, fb := range cfg.Fallbacks {
+		a := Addr(&pgconn.Config{Host: fb.Host, Port: fb.Port})
+		if a != addrs[len(addrs)-1] {
+			addrs = append(addrs, a)
+		}
+	}
+	return strings.Join(addrs, ",")
+}
+
+func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
+	ce := &ConnectError{Addr: Addrs(&cfg.Config), User: cfg.User, Err: err}
+	var pgErr *pgconn.PgError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28"):
+		ce.hint = fmt.Sprintf("authentication failed for user %q: check the user and password in the DSN, PGPASSWORD or the pgpass file", cfg.User)
+	case errors.As(err, &pgErr) && pgErr.Code == "3D000":
+		ce.hint = "the database does not exist: check the dbname in the DSN"
+	case errors.As(err, &pgErr) && pgErr.Code == "53300":
+		ce.hint = "the server has no free connection slots: raise max_connections or close idle sessions"
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()):
+		ce.hint = "no answer in time: is the host reachable and the port right? raise --timeout if the network is slow"
+	case strings.Contains(err.Error(), "connection refused"):
+		ce.hint = "is the server running? check the host and port in --dsn"
+	case strings.Contains(err.Error(), "no such host"):
+		ce.hint = "the host name does not resolve: check --dsn"
+	case strings.Contains(err.Error(), "no such file or directory"):
+		ce.hint = "no server socket at that path: is the server running? check host= in --dsn"
+	default:
+		ce.hint = "check --dsn and that the server is running"
+	}
+	return ce
+}
+
+// conciseCause strips pgx's "failed to connect to `user=… database=…`:"
+// prefix and the per-address wrapper, keeping the reason itself.
+func conciseCause(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return fmt.Sprintf("%s: %s (SQLSTATE %s)", strings.ToLower(pgErr.Severity), pgErr.Message, pgErr.Code)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timed out"
+	}
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "): "); i >= 0 {
+		msg = msg[i+3:]
+	} else if i := strings.Index(msg, "`: "); i >= 0 {
+		msg = msg[i+3:]
+	}
+	msg = strings.TrimPrefix(msg, "dial error: ")
+	return msg
+}
+
+// parseReason keeps the reason of a pgx parse error and drops the quoted
+// connection string that pgx redacts only on a best-effort basis.
+func parseReason(err error) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, "`: "); i >= 0 {
+		return msg[i+3:]
+	}
+	var pce *pgconn.ParseConfigError
+	if errors.As(err, &pce) && pce.Unwrap() != nil {
+		return pce.Unwrap().Error()
+	}
+	return "cannot parse"
+}
+
+var (
+	urlUserinfo = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*://([^@/?#]*)@`)
+	kvPassword  = regexp.MustCompile(`(?i)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`)
+	urlPassword = regexp.MustCompile(`(?i)[?&]password=([^&#]*)`)
+)
+
+// Secrets returns the substrings of dsn that may be passwords: the URL
+// userinfo password, password= values, and their URL-decoded forms.
+func Secrets(dsn string) []string {
+	var out []string
+	add := func(s string) {
+		s = strings.Trim(s, "'")
+		if len(s) >= 1 {
+			out = append(out, s)
+			if dec, err := url.PathUnescape(s); err == nil && dec != s {
+				out = append(out, dec)
+			}
+			if dec, err := url.QueryUnescape(s); err == nil && dec != s {
+				out = append(out, dec)
+			}
+		}
+	}
+	if m := urlUserinfo.FindStringSubmatch(dsn); m != nil {
+		if i := strings.Index(m[1], ":"); i >= 0 {
+			add(m[1][i+1:])
+		}
+	}
+	for _, m := range kvPassword.FindAllStringSubmatch(dsn, -1) {
+		add(m[1])
+	}
+	for _, m := range urlPassword.FindAllStringSubmatch(dsn, -1) {
+		add(m[1])
+	}
+	return out
+}
+
+// Scrub replaces every possible password of dsn found in msg with "xxxxx".
+func Scrub(msg, dsn string) string {
+	for _, s := range Secrets(dsn) {
+		msg = strings.ReplaceAll(msg, s, "xxxxx")
+	}
+	return msg
+}
+
+// Redact returns dsn with its password replaced by "xxxxx", for display.
+func Redact(dsn string) string {
+	return Scrub(dsn, dsn)
+}

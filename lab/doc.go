@@ -1,0 +1,16 @@
+// Package lab starts and stops a throwaway PostgreSQL cluster with PgBouncer
+// in front of it, from the system's own binaries, on free loopback ports.
+//
+// It is what `leasectl lab` runs and what every integration test uses: one
+// lab per test package, started in TestMain through [RunMain]. The primary
+// listens on 127.0.0.1 and on a unix socket; each pooler is its own PgBouncer
+// process with its own port and pool mode (transaction and session by
+// default; statement mode or a pool of one on request); a streaming hot
+// standby made with pg_basebackup -R is optional. PostgreSQL and PgBouncer
+// both refuse to run as root, so when the caller is root the servers run as
+// the unprivileged "postgres" user that Debian's packages create, and their
+// files live in a temporary directory that user owns.
+//
+// DSNs never carry the password: the lab writes a pgpass file and names it
+// with the passfile parameter, which both libpq and pgx honour.
+package lab

@@ -1,0 +1,843 @@
+package lab
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// PoolMode is a PgBouncer pool_mode.
+type PoolMode string
+
+// The pool modes PgBouncer offers.
+const (
+	Transaction PoolMode = "transaction"
+	Session     PoolMode = "session"
+	Statement   PoolMode = "statement"
+)
+
+// PoolerSpec describes one PgBouncer instance of a lab.
+type PoolerSpec struct {
+	// Name identifies the pooler in DSN lookups and in `lab env`.
+	Name string `json:"name"`
+	// Mode is the pool_mode.
+	Mode PoolMode `json:"mode"`
+	// PoolSize is default_pool_size: server connections per user and database.
+	PoolSize int `json:"pool_size"`
+}
+
+// DefaultPoolers are what `leasectl lab up` starts: PgBouncer in transaction
+// mode (the trap) and in session mode (safe), each with a pool of 20.
+var DefaultPoolers = []PoolerSpec{
+	{Name: "transaction", Mode: Transaction, PoolSize: 20},
+	{Name: "session", Mode: Session, PoolSize: 20},
+}
+
+// Options configure [Start].
+type Options struct {
+	// Dir keeps lab.json and the pgpass file. Empty means a new temporary
+	// directory, removed by Stop.
+	Dir string
+	// Poolers to start; nil means DefaultPoolers, an empty non-nil slice none.
+	Poolers []PoolerSpec
+	// Standby adds a streaming hot standby of the primary.
+	Standby bool
+	// Settings are extra postgresql.conf lines for primary and standby.
+	Settings map[string]string
+	// Log receives one line per step; nil discards them.
+	Log io.Writer
+}
+
+// Server is one PostgreSQL instance of a lab.
+type Server struct {
+	Port      int    `json:"port"`
+	DataDir   string `json:"data_dir"`
+	SocketDir string `json:"socket_dir"`
+	LogFile   string `json:"log_file"`
+}
+
+// Pooler is one running PgBouncer instance of a lab.
+type Pooler struct {
+	PoolerSpec
+	Port       int    `json:"port"`
+	ConfigFile string `json:"config_file"`
+	PIDFile    string `json:"pid_file"`
+	LogFile    string `json:"log_file"`
+}
+
+// Lab is a running throwaway PostgreSQL cluster with its poolers.
+type Lab struct {
+	// Dir keeps lab.json and the pgpass file.
+	Dir string `json:"dir"`
+	// RunDir holds the servers' files; the server OS user owns it.
+	RunDir string `json:"run_dir"`
+	// OwnsDir says whether Stop removes Dir too.
+	OwnsDir bool `json:"owns_dir"`
+	// User is the database superuser.
+	User string `json:"user"`
+	// OSUser is the operating-system user the servers run as.
+	OSUser string `json:"os_user"`
+	// PassFile is the pgpass file that every DSN names.
+	PassFile string `json:"pass_file"`
+	// Version is the output of `postgres --version`.
+	Version string `json:"version"`
+	// PoolerVersion is the first line of `pgbouncer --version`.
+	PoolerVersion string `json:"pooler_version"`
+	// Binaries used by this lab.
+	Bin      Binaries          `json:"binaries"`
+	Primary  Server            `json:"primary"`
+	Standby  *Server           `json:"standby,omitempty"`
+	Poolers  []Pooler          `json:"poolers"`
+	Settings map[string]string `json:"settings,omitempty"`
+
+	cred *syscall.Credential
+	log  io.Writer
+}
+
+const stateFile = "lab.json"
+
+// ErrNoLab is returned by [Load] when no lab state exists in a directory.
+var ErrNoLab = errors.New("no lab here")
+
+// AlreadyRunningError is returned by Start when Dir holds a live lab.
+type AlreadyRunningError struct{ Dir string }
+
+func (e *AlreadyRunningError) Error() string {
+	return fmt.Sprintf("a lab is already running in %s (use it, or stop it first: leasectl lab down --dir %s)", e.Dir, e.Dir)
+}
+
+// DefaultDir is the state directory of `leasectl lab` when --dir is not
+// given: leasectl/lab under the user's cache directory.
+func DefaultDir() string {
+	base, err := os.UserCacheDir()
+	if err != nil {
+		base = os.TempDir()
+	}
+	return filepath.Join(base, "leasectl", "lab")
+}
+
+// Start creates and starts a lab. On failure everything it started is
+// stopped and removed again.
+func Start(ctx context.Context, opts Options) (l *Lab, err error) {
+	bin, err := FindBinaries()
+	if err != nil {
+		return nil, err
+	}
+	cred, osUser, err := serverCredential()
+	if err != nil {
+		return nil, err
+	}
+	l = &Lab{User: "postgres", OSUser: osUser, Bin: bin, Settings: opts.Settings, cred: cred, log: opts.Log}
+	if l.log == nil {
+		l.log = io.Discard
+	}
+	if opts.Dir != "" {
+		if old, lerr := Load(opts.Dir); lerr == nil {
+			if old.Running() {
+				return nil, &AlreadyRunningError{Dir: opts.Dir}
+			}
+			_ = old.Stop(ctx) // leftovers of a lab whose servers died: clean them up
+		}
+		if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+			return nil, fmt.Errorf("create lab dir: %w", err)
+		}
+		l.Dir = opts.Dir
+	}
+	if l.RunDir, err = os.MkdirTemp("", "leasectl-lab-"); err != nil {
+		return nil, fmt.Errorf("create lab run dir: %w", err)
+	}
+	if l.Dir == "" {
+		l.Dir, l.OwnsDir = l.RunDir, true
+	}
+	defer func() {
+		if err != nil {
+			_ = l.Stop(context.WithoutCancel(ctx))
+			l = nil
+		}
+	}()
+	if err := l.chown(l.RunDir); err != nil {
+		return l, err
+	}
+	password, err := randomPassword()
+	if err != nil {
+		return l, err
+	}
+	l.PassFile = filepath.Join(l.Dir, "pgpass")
+	if err := os.WriteFile(l.PassFile, []byte(pgpassLine(l.User, password)), 0o600); err != nil {
+		return l, fmt.Errorf("write pgpass: %w", err)
+	}
+	if out, err := exec.CommandContext(ctx, bin.Postgres, "--version").Output(); err == nil {
+		l.Version = strings.TrimSpace(string(out))
+	}
+	if out, err := exec.CommandContext(ctx, bin.PgBouncer, "--version").Output(); err == nil {
+		l.PoolerVersion = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
+	}
+
+	ports, err := freePorts(2 + len(poolerSpecs(opts)))
+	if err != nil {
+		return l, err
+	}
+	l.Primary = l.newServer("primary", ports[0])
+	if err := l.initPrimary(ctx, password); err != nil {
+		return l, err
+	}
+	if err := l.save(); err != nil { // from here on `lab down` can clean up
+		return l, err
+	}
+	if err := l.startServer(ctx, &l.Primary); err != nil {
+		return l, err
+	}
+	if opts.Standby {
+		sb := l.newServer("standby", ports[1])
+		l.Standby = &sb
+		if err := l.initStandby(ctx); err != nil {
+			return l, err
+		}
+		if err := l.startServer(ctx, l.Standby); err != nil {
+			return l, err
+		}
+	}
+	for i, spec := range poolerSpecs(opts) {
+		p, err := l.startPooler(ctx, spec, ports[2+i], password)
+		if p != nil {
+			l.Poolers = append(l.Poolers, *p)
+		}
+		if err != nil {
+			return l, err
+		}
+	}
+	return l, l.save()
+}
+
+func poolerSpecs(opts Options) []PoolerSpec {
+	if opts.Poolers == nil {
+		return DefaultPoolers
+	}
+	return opts.Poolers
+}
+
+// Load reads the state of the lab kept in dir. It returns an error wrapping
+// ErrNoLab when there is none.
+func Load(dir string) (*Lab, error) {
+	data, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no %s in %s (start one with: leasectl lab up)", ErrNoLab, stateFile, dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	l := &Lab{}
+	if err := json.Unmarshal(data, l); err != nil {
+		return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, stateFile), err)
+	}
+	l.log = io.Discard
+	if l.cred, _, err = serverCredential(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *Lab) save() error {
+	data, err := json.MarshalIndent(l, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(l.Dir, stateFile), append(data, '\n'), 0o600)
+}
+
+func (l *Lab) logf(format string, args ...any) {
+	fmt.Fprintf(l.log, format+"\n", args...)
+}
+
+// ---- DSNs ----
+
+// DSN returns a password-free URL DSN for user and database on a loopback
+// port; the password comes from the lab's pgpass file.
+func (l *Lab) DSN(port int, user, dbname string) string {
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable&passfile=%s",
+		url.PathEscape(user), port, url.PathEscape(dbname), url.QueryEscape(l.PassFile))
+}
+
+// DirectDSN is the primary over TCP, as the superuser.
+func (l *Lab) DirectDSN() string { return l.DSN(l.Primary.Port, l.User, "postgres") }
+
+// SocketDSN is the primary over its unix socket, as the superuser.
+func (l *Lab) SocketDSN() string {
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=postgres sslmode=disable passfile=%s",
+		l.Primary.SocketDir, l.Primary.Port, l.User, l.PassFile)
+}
+
+// StandbyDSN is the hot standby over TCP; empty when the lab has none.
+func (l *Lab) StandbyDSN() string {
+	if l.Standby == nil {
+		return ""
+	}
+	return l.DSN(l.Standby.Port, l.User, "postgres")
+}
+
+// PoolerDSN is the named pooler; empty when the lab has no such pooler.
+func (l *Lab) PoolerDSN(name string) string {
+	if p := l.Pooler(name); p != nil {
+		return l.DSN(p.Port, l.User, "postgres")
+	}
+	return ""
+}
+
+// Pooler returns the named pooler, or nil.
+func (l *Lab) Pooler(name string) *Pooler {
+	for i := range l.Poolers {
+		if l.Poolers[i].Name == name {
+			return &l.Poolers[i]
+		}
+	}
+	return nil
+}
+
+// Password returns the superuser's password, read from the pgpass file. Tests
+// use it to build DSNs that carry a password on purpose.
+func (l *Lab) Password() (string, error) {
+	return passwordFor(l.PassFile, l.User)
+}
+
+// ---- servers ----
+
+func (l *Lab) newServer(name string, port int) Server {
+	return Server{
+		Port:      port,
+		DataDir:   filepath.Join(l.RunDir, name),
+		SocketDir: filepath.Join(l.RunDir, "sock-"+name),
+		LogFile:   filepath.Join(l.RunDir, name+".log"),
+	}
+}
+
+func (l *Lab) initPrimary(ctx context.Context, password string) error {
+	pwfile := filepath.Join(l.RunDir, "pwfile")
+	if err := l.writeFile(pwfile, password+"\n"); err != nil {
+		return err
+	}
+	defer os.Remove(pwfile)
+	l.logf("initdb %s", l.Primary.DataDir)
+	if _, err := l.run(ctx, l.Bin.Initdb, "-D", l.Primary.DataDir, "-U", l.User, "--pwfile", pwfile,
+		"--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
+		return err
+	}
+	return l.writeServerConf(&l.Primary)
+}
+
+func (l *Lab) initStandby(ctx context.Context) error {
+	l.logf("pg_basebackup -R %s", l.Standby.DataDir)
+	if _, err := l.run(ctx, l.Bin.PgBasebackup, "-h", l.Primary.SocketDir, "-p", strconv.Itoa(l.Primary.Port),
+		"-U", l.User, "-D", l.Standby.DataDir, "-R", "-X", "stream", "--no-sync", "-c", "fast"); err != nil {
+		return err
+	}
+	return l.writeServerConf(l.Standby)
+}
+
+// writeServerConf appends the lab's settings to postgresql.conf. For a
+// standby made by pg_basebackup it overrides the copied port and socket.
+func (l *Lab) writeServerConf(s *Server) error {
+	if err := os.MkdirAll(s.SocketDir, 0o700); err != nil {
+		return err
+	}
+	if err := l.chown(s.SocketDir); err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("\n# leasectl lab\n")
+	settings := [][2]string{
+		{"listen_addresses", "'127.0.0.1'"},
+		{"port", strconv.Itoa(s.Port)},
+		{"unix_socket_directories", "'" + s.SocketDir + "'"},
+		{"max_connections", "300"},
+		{"max_prepared_transactions", "20"},
+		{"max_locks_per_transaction", "128"},
+		{"shared_buffers", "32MB"},
+		{"fsync", "off"},
+		{"synchronous_commit", "off"},
+		{"full_page_writes", "off"},
+		{"wal_level", "replica"},
+		{"max_wal_senders", "5"},
+		{"hot_standby", "on"},
+		{"logging_collector", "off"},
+		{"log_min_messages", "warning"},
+		{"log_connections", "off"},
+	}
+	for _, kv := range settings {
+		fmt.Fprintf(&b, "%s = %s\n", kv[0], kv[1])
+	}
+	for k, v := range l.Settings {
+		fmt.Fprintf(&b, "%s = %s\n", k, v)
+	}
+	conf := filepath.Join(s.DataDir, "postgresql.conf")
+	f, err := os.OpenFile(conf, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", conf, err)
+	}
+	defer f.Close()
+	_, err = f.WriteString(b.String())
+	return err
+}
+
+func (l *Lab) startServer(ctx context.Context, s *Server) error {
+	l.logf("start postgres on 127.0.0.1:%d", s.Port)
+	if _, err := l.run(ctx, l.Bin.PgCtl, "start", "-D", s.DataDir, "-l", s.LogFile, "-w", "-t", "60", "-s"); err != nil {
+		return fmt.Errorf("%w\n%s", err, tail(s.LogFile, 15))
+	}
+	return nil
+}
+
+// StopServer stops a server of the lab with pg_ctl's mode ("smart", "fast"
+// or "immediate") and waits until it is gone.
+func (l *Lab) StopServer(ctx context.Context, s *Server, mode string) error {
+	_, err := l.run(ctx, l.Bin.PgCtl, "stop", "-D", s.DataDir, "-m", mode, "-w", "-t", "30", "-s")
+	return err
+}
+
+// StartServer starts a stopped server of the lab again and waits until it
+// accepts connections.
+func (l *Lab) StartServer(ctx context.Context, s *Server) error {
+	return l.startServer(ctx, s)
+}
+
+// RestartPrimary restarts the primary with pg_ctl's stop mode ("fast" or
+// "immediate"), ending every session on it.
+func (l *Lab) RestartPrimary(ctx context.Context, mode string) error {
+	if err := l.StopServer(ctx, &l.Primary, mode); err != nil {
+		return err
+	}
+	return l.startServer(ctx, &l.Primary)
+}
+
+// Promote turns the standby into a primary and waits for it.
+func (l *Lab) Promote(ctx context.Context) error {
+	if l.Standby == nil {
+		return errors.New("this lab has no standby")
+	}
+	_, err := l.run(ctx, l.Bin.PgCtl, "promote", "-D", l.Standby.DataDir, "-w", "-t", "60", "-s")
+	return err
+}
+
+// ServerPID returns the postmaster pid of s from postmaster.pid, or 0 when
+// it is not running.
+func ServerPID(s *Server) int {
+	data, err := os.ReadFile(filepath.Join(s.DataDir, "postmaster.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(data), "\n", 2)[0]))
+	if pid <= 0 || !alive(pid) {
+		return 0
+	}
+	return pid
+}
+
+// ---- poolers ----
+
+func (l *Lab) startPooler(ctx context.Context, spec PoolerSpec, port int, password string) (*Pooler, error) {
+	if spec.PoolSize <= 0 {
+		spec.PoolSize = 20
+	}
+	dir := filepath.Join(l.RunDir, "pgbouncer-"+spec.Name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := l.chown(dir); err != nil {
+		return nil, err
+	}
+	p := &Pooler{
+		PoolerSpec: spec,
+		Port:       port,
+		ConfigFile: filepath.Join(dir, "pgbouncer.ini"),
+		PIDFile:    filepath.Join(dir, "pgbouncer.pid"),
+		LogFile:    filepath.Join(dir, "pgbouncer.log"),
+	}
+	if err := l.writeFile(filepath.Join(dir, "userlist.txt"), userlistLine(l.User, password)); err != nil {
+		return nil, err
+	}
+	ini := fmt.Sprintf(`[databases]
+* = host=127.0.0.1 port=%d
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = scram-sha-256
+auth_file = %s
+admin_users = %s
+pool_mode = %s
+default_pool_size = %d
+min_pool_size = 0
+reserve_pool_size = 0
+max_client_conn = 1000
+max_db_connections = 0
+ignore_startup_parameters = extra_float_digits
+pidfile = %s
+logfile = %s
+log_connections = 0
+log_disconnections = 0
+`, l.Primary.Port, port, filepath.Join(dir, "userlist.txt"), l.User, spec.Mode, spec.PoolSize, p.PIDFile, p.LogFile)
+	if err := l.writeFile(p.ConfigFile, ini); err != nil {
+		return nil, err
+	}
+	l.logf("start pgbouncer %s (pool_mode=%s, pool_size=%d) on 127.0.0.1:%d", spec.Name, spec.Mode, spec.PoolSize, port)
+	if _, err := l.run(ctx, l.Bin.PgBouncer, "-d", p.ConfigFile); err != nil {
+		return p, fmt.Errorf("%w\n%s", err, tail(p.LogFile, 15))
+	}
+	if err := waitTCP(ctx, port, 15*time.Second); err != nil {
+		return p, fmt.Errorf("pgbouncer %s did not open port %d: %w\n%s", spec.Name, port, err, tail(p.LogFile, 15))
+	}
+	return p, nil
+}
+
+// PoolerPID returns the pid of a running pooler, or 0.
+func PoolerPID(p *Pooler) int {
+	data, err := os.ReadFile(p.PIDFile)
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
+	if pid <= 0 || !alive(pid) {
+		return 0
+	}
+	return pid
+}
+
+// ---- roles ----
+
+// AddLogin records the password of an extra login role in the pgpass file
+// and in every pooler's auth file, so that DSNs for that role work. The
+// role itself is created with SQL by the caller.
+func (l *Lab) AddLogin(role, password string) error {
+	f, err := os.OpenFile(l.PassFile, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(pgpassLine(role, password)); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	for _, p := range l.Poolers {
+		ul := filepath.Join(filepath.Dir(p.ConfigFile), "userlist.txt")
+		f, err := os.OpenFile(ul, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		_, err = f.WriteString(userlistLine(role, password))
+		f.Close()
+		if err != nil {
+			return err
+		}
+		if pid := PoolerPID(&p); pid > 0 {
+			_ = syscall.Kill(pid, syscall.SIGHUP) // re-read auth_file
+		}
+	}
+	return nil
+}
+
+// ---- status and stop ----
+
+// Component is the state of one process of a lab.
+type Component struct {
+	Name string `json:"name"`
+	Kind string `json:"kind"`
+	Port int    `json:"port"`
+	PID  int    `json:"pid"`
+	Up   bool   `json:"up"`
+}
+
+// Status reports each process of the lab: its pid and whether its port
+// accepts connections.
+func (l *Lab) Status() []Component {
+	var out []Component
+	add := func(name, kind string, port, pid int) {
+		out = append(out, Component{Name: name, Kind: kind, Port: port, PID: pid, Up: pid > 0 && dialOK(port)})
+	}
+	add("primary", "postgres", l.Primary.Port, ServerPID(&l.Primary))
+	if l.Standby != nil {
+		add("standby", "postgres", l.Standby.Port, ServerPID(l.Standby))
+	}
+	for i := range l.Poolers {
+		p := &l.Poolers[i]
+		add(p.Name, "pgbouncer "+string(p.Mode), p.Port, PoolerPID(p))
+	}
+	return out
+}
+
+// Running reports whether every process of the lab is up.
+func (l *Lab) Running() bool {
+	st := l.Status()
+	for _, c := range st {
+		if !c.Up {
+			return false
+		}
+	}
+	return len(st) > 0
+}
+
+// Stop stops every process the lab started, waits until they are gone and
+// removes the lab's files. It is safe to call on a half-started lab.
+func (l *Lab) Stop(ctx context.Context) error {
+	var errs []error
+	for i := range l.Poolers {
+		if pid := PoolerPID(&l.Poolers[i]); pid > 0 {
+			errs = append(errs, killAndWait(pid, syscall.SIGTERM, 5*time.Second))
+		}
+	}
+	servers := []*Server{}
+	if l.Standby != nil {
+		servers = append(servers, l.Standby)
+	}
+	servers = append(servers, &l.Primary)
+	for _, s := range servers {
+		pid := ServerPID(s)
+		if pid == 0 {
+			continue
+		}
+		if err := l.StopServer(ctx, s, "fast"); err != nil {
+			errs = append(errs, killAndWait(pid, syscall.SIGQUIT, 5*time.Second))
+		}
+	}
+	if l.RunDir != "" {
+		for _, pid := range ProcessesUsing(l.RunDir) {
+			errs = append(errs, killAndWait(pid, syscall.SIGKILL, 5*time.Second))
+		}
+		if left := ProcessesUsing(l.RunDir); len(left) > 0 {
+			errs = append(errs, fmt.Errorf("processes still running in %s: %v", l.RunDir, left))
+		} else if err := os.RemoveAll(l.RunDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if l.Dir != "" {
+		if l.OwnsDir {
+			errs = append(errs, os.RemoveAll(l.Dir))
+		} else {
+			for _, name := range []string{stateFile, "pgpass"} {
+				if err := os.Remove(filepath.Join(l.Dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ProcessesUsing returns the pids of processes whose working directory or
+// command line lies in dir: every postgres process of a lab has its data
+// directory as working directory, and every pgbouncer names its config file.
+func ProcessesUsing(dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		cwd, _ := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if cwd == dir || strings.HasPrefix(cwd, dir+"/") || bytes.Contains(cmdline, []byte(dir+"/")) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// ---- helpers ----
+
+// serverCredential decides which OS user runs the servers: the caller,
+// unless the caller is root, which both servers refuse; then "postgres".
+func serverCredential() (*syscall.Credential, string, error) {
+	if os.Geteuid() != 0 {
+		u, err := user.Current()
+		if err != nil {
+			return nil, strconv.Itoa(os.Geteuid()), nil
+		}
+		return nil, u.Username, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, "", errors.New("running as root, and PostgreSQL and PgBouncer refuse to run as root: the lab runs them as the OS user \"postgres\", which does not exist (install the postgresql package, which creates it, or run as a normal user)")
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, "postgres", nil
+}
+
+func (l *Lab) chown(path string) error {
+	if l.cred == nil {
+		return nil
+	}
+	if err := os.Chown(path, int(l.cred.Uid), int(l.cred.Gid)); err != nil {
+		return fmt.Errorf("give %s to the server user: %w", path, err)
+	}
+	return nil
+}
+
+func (l *Lab) writeFile(path, content string) error {
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		return err
+	}
+	return l.chown(path)
+}
+
+// run runs a server program as the server user with a clean environment.
+func (l *Lab) run(ctx context.Context, prog string, args ...string) ([]byte, error) {
+	c := exec.CommandContext(ctx, prog, args...)
+	c.Dir = l.RunDir
+	c.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LC_ALL=C", "HOME=" + l.RunDir, "TZ=UTC"}
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: l.cred, Setpgid: true}
+	var out bytes.Buffer
+	c.Stdout, c.Stderr = &out, &out
+	// pg_ctl and pgbouncer -d leave daemons holding our pipes: do not wait
+	// for them to close once the program itself has exited.
+	c.WaitDelay = time.Second
+	err := c.Run()
+	if err != nil && !errors.Is(err, exec.ErrWaitDelay) {
+		return out.Bytes(), fmt.Errorf("%s %s: %w\n%s", filepath.Base(prog), strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return out.Bytes(), nil
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	for i := 0; i < n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, fmt.Errorf("find a free loopback port: %w", err)
+		}
+		ls = append(ls, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func dialOK(port int) bool {
+	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+func waitTCP(ctx context.Context, port int, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		if dialOK(port) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	if err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	// A zombie is not alive for our purposes.
+	stat, rerr := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if rerr != nil {
+		return err == nil
+	}
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+		return stat[i+2] != 'Z'
+	}
+	return true
+}
+
+func killAndWait(pid int, sig syscall.Signal, limit time.Duration) error {
+	_ = syscall.Kill(pid, sig)
+	deadline := time.Now().Add(limit)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			if sig == syscall.SIGKILL {
+				return fmt.Errorf("pid %d did not exit", pid)
+			}
+			sig = syscall.SIGKILL
+			_ = syscall.Kill(pid, sig)
+			deadline = time.Now().Add(limit)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+func randomPassword() (string, error) {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return "lab-" + hex.EncodeToString(b), nil
+}
+
+func pgpassLine(user, password string) string {
+	esc := func(s string) string { return strings.NewReplacer(`\`, `\\`, `:`, `\:`).Replace(s) }
+	return fmt.Sprintf("*:*:*:%s:%s\n", esc(user), esc(password))
+}
+
+func userlistLine(user, password string) string {
+	esc := func(s string) string { return strings.ReplaceAll(s, `"`, `""`) }
+	return fmt.Sprintf("\"%s\" \"%s\"\n", esc(user), esc(password))
+}
+
+func passwordFor(passfile, user string) (string, error) {
+	f, err := os.Open(passfile)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 5)
+		if len(parts) == 5 && parts[3] == user {
+			return strings.ReplaceAll(strings.ReplaceAll(parts[4], `\:`, `:`), `\\`, `\`), nil
+		}
+	}
+	return "", fmt.Errorf("no password for %s in %s", user, passfile)
+}
+
+func tail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return path + ":\n  " + strings.Join(lines, "\n  ")
+}
