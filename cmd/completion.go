@@ -1,0 +1,83 @@
+package cmd
+
+//go:generate go run ../internal/gencompletions ../completions
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+// Shells are the shells `leasectl completion` writes scripts for.
+var Shells = []string{"bash", "zsh", "fish", "powershell"}
+
+// CompletionFile is the name of the committed script for shell under
+// completions/.
+func CompletionFile(shell string) string {
+	switch shell {
+	case "bash":
+		return "leasectl.bash"
+	case "zsh":
+		return "_leasectl"
+	case "fish":
+		return "leasectl.fish"
+	default:
+		return "leasectl.ps1"
+	}
+}
+
+// GenerateCompletion writes the completion script for shell, exactly as
+// `leasectl completion SHELL` prints it.
+func GenerateCompletion(shell string, w io.Writer) error {
+	app := &App{IO: &IOStreams{In: &bytes.Buffer{}, Out: w, ErrOut: io.Discard}, Getenv: func(string) string { return "" }}
+	root := NewRootCmd(app)
+	switch shell {
+	case "bash":
+		return root.GenBashCompletionV2(w, true)
+	case "zsh":
+		return root.GenZshCompletion(w)
+	case "fish":
+		return root.GenFishCompletion(w, true)
+	case "powershell":
+		return root.GenPowerShellCompletionWithDesc(w)
+	}
+	return fmt.Errorf("unknown shell %q", shell)
+}
+
+// completeRoles completes ROLE arguments with the role names of the keys
+// file, each described by its key. Names already on the command line are
+// not offered again.
+func completeRoles(app *App) cobra.CompletionFunc {
+	return func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		f, err := app.LoadKeys()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		used := map[string]bool{}
+		for _, a := range args {
+			used[a] = true
+		}
+		var out []cobra.Completion
+		for _, e := range f.Roles {
+			if !used[e.Name] && strings.HasPrefix(e.Name, toComplete) {
+				out = append(out, cobra.CompletionWithDesc(e.Name, "key "+strconv.FormatInt(e.Key, 10)))
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// completeOneRole is completeRoles for commands that take a single ROLE.
+func completeOneRole(app *App) cobra.CompletionFunc {
+	all := completeRoles(app)
+	return func(c *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return all(c, args, toComplete)
+	}
+}

@@ -1,0 +1,119 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/keys"
+	"github.com/leasectl/leasectl/lab"
+	"github.com/spf13/cobra"
+)
+
+// The exit codes of every leasectl command (DESIGN.md).
+const (
+	ExitOK          = 0 // the check passed, the action was done
+	ExitCheckFailed = 1 // the check failed: the verdict is negative
+	ExitUsage       = 2 // usage or input error
+	ExitUnavailable = 3 // the database could not be reached, or refused the request
+)
+
+// UsageError is a mistake in how the command was called. It is the only error
+// after which the usage text is shown.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+func usageErrorf(format string, args ...any) error {
+	return &UsageError{Err: fmt.Errorf(format, args...)}
+}
+
+// InputError is bad input that is not about the command line itself (a file,
+// a git ref): exit 2, without the usage text.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+// CheckFailedError means the command ran and its verdict is negative. The
+// command has already rendered why; Message, if set, is printed to stderr.
+type CheckFailedError struct{ Message string }
+
+func (e *CheckFailedError) Error() string {
+	if e.Message == "" {
+		return "check failed"
+	}
+	return e.Message
+}
+
+// ExitCode maps an error returned by a command to its exit code. This is the
+// one place where that mapping lives.
+func ExitCode(err error) int {
+	var (
+		usage       *UsageError
+		input       *InputError
+		check       *CheckFailedError
+		dsnErr      *dbconn.DSNError
+		connErr     *dbconn.ConnectError
+		keysInvalid *keys.InvalidError
+		keysMissing *keys.NotFoundError
+		missingBin  *lab.MissingBinaryError
+		running     *lab.AlreadyRunningError
+		pgErr       *pgconn.PgError
+	)
+	switch {
+	case err == nil:
+		return ExitOK
+	case errors.As(err, &usage), errors.As(err, &input), errors.As(err, &dsnErr),
+		errors.As(err, &keysInvalid), errors.As(err, &keysMissing), errors.As(err, &running),
+		errors.Is(err, lab.ErrNoLab):
+		return ExitUsage
+	case errors.As(err, &check):
+		return ExitCheckFailed
+	case errors.As(err, &connErr), errors.As(err, &missingBin):
+		return ExitUnavailable
+	case errors.As(err, &pgErr) && (pgErr.Code == "42501" || strings.HasPrefix(pgErr.Code, "28") ||
+		strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P")):
+		// insufficient privilege, authorization, connection exception, operator intervention
+		return ExitUnavailable
+	case pgconn.SafeToRetry(err), errors.Is(err, context.DeadlineExceeded), isConnLoss(err):
+		return ExitUnavailable
+	default:
+		return ExitCheckFailed
+	}
+}
+
+func isConnLoss(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return false
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "unexpected EOF") ||
+		strings.Contains(msg, "connection reset") || strings.Contains(msg, "broken pipe") ||
+		strings.Contains(msg, "timeout")
+}
+
+// printError writes err to w the way every command reports a failure: one
+// "Error:" line (more for multi-line errors) and, for usage errors only, the
+// failing command's usage.
+func printError(w io.Writer, c *cobra.Command, err error) {
+	var check *CheckFailedError
+	if errors.As(err, &check) && check.Message == "" {
+		return // the verdict was rendered already
+	}
+	fmt.Fprintf(w, "Error: %v\n", err)
+	var usage *UsageError
+	if errors.As(err, &usage) && c != nil {
+		fmt.Fprintf(w, "\n%s", c.UsageString())
+	}
+}

@@ -1,0 +1,201 @@
+package cmd
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/keys"
+	"github.com/spf13/cobra"
+)
+
+// GlobalOptions are the flags every command accepts.
+type GlobalOptions struct {
+	DSN      string
+	Keys     string
+	Output   string
+	NoColor  bool
+	Timeout  time.Duration
+	dsnGiven bool
+}
+
+// App is what every command gets: its streams, its environment and the
+// global options. Tests build one with buffers and a fake environment.
+type App struct {
+	IO     *IOStreams
+	Getenv func(string) string
+	Global GlobalOptions
+}
+
+// NewApp returns an App for the real process.
+func NewApp() *App {
+	return &App{IO: SystemStreams(), Getenv: os.Getenv}
+}
+
+// Execute runs leasectl with args and returns the process exit code. Ctrl-C
+// and SIGTERM cancel the command's context.
+func Execute(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return Run(ctx, NewApp(), args)
+}
+
+// Run executes the command line args with app and returns the exit code.
+func Run(ctx context.Context, app *App, args []string) int {
+	root := NewRootCmd(app)
+	root.SetArgs(args)
+	root.SetIn(app.IO.In)
+	root.SetOut(app.IO.Out)
+	root.SetErr(app.IO.ErrOut)
+	c, err := root.ExecuteContextC(ctx)
+	if err != nil {
+		if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown shorthand flag") ||
+			strings.HasPrefix(err.Error(), "unknown flag") {
+			err = &UsageError{Err: err}
+		}
+		printError(app.IO.ErrOut, c, err)
+	}
+	return ExitCode(err)
+}
+
+// NewRootCmd builds the command tree.
+func NewRootCmd(app *App) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "leasectl",
+		Short: "Check, inspect and run PostgreSQL advisory-lock leases",
+		Long: `leasectl is the operations tool for leader-only workers that elect a leader
+with a PostgreSQL session-level advisory lock: every replica calls
+pg_try_advisory_lock(key) on a stable 64-bit key per role, one wins, the
+rest stand by, and the lock dies with its connection, which is the failover.
+
+Behind a transaction-mode pooler there is no stable session and two replicas
+both win. leasectl probes a DSN for that trap, shows who holds each role's
+key, checks the role→key map in CI, forces failovers, and runs workers only
+while they hold the lease.`,
+		Example: `  leasectl probe "$DATABASE_URL"          # is a lease safe over this DSN?
+  leasectl who poller                      # who leads the poller role right now
+  leasectl run --role poller -- ./poller   # run ./poller only while leading
+  leasectl lab up && eval "$(leasectl lab env)"   # a throwaway PostgreSQL + PgBouncer`,
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
+		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
+			switch app.Global.Output {
+			case "text", "json":
+			default:
+				return usageErrorf("invalid --output %q: use text or json", app.Global.Output)
+			}
+			if app.Global.Timeout <= 0 {
+				return usageErrorf("invalid --timeout %s: it must be positive, e.g. 5s", app.Global.Timeout)
+			}
+			app.Global.dsnGiven = c.Flags().Changed("dsn")
+			return nil
+		},
+	}
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &UsageError{Err: err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&app.Global.DSN, "dsn", "", "PostgreSQL DSN (else $LEASECTL_DSN, $DATABASE_URL, then libpq's PG* variables, pgpass and service files)")
+	pf.StringVar(&app.Global.Keys, "keys", "", "role→key map (else $LEASECTL_KEYS, else ./keys.yaml)")
+	pf.StringVarP(&app.Global.Output, "output", "o", "text", "output format: text or json")
+	pf.BoolVar(&app.Global.NoColor, "no-color", false, "plain output without colours (also when $NO_COLOR is set or stdout is not a terminal)")
+	pf.DurationVar(&app.Global.Timeout, "timeout", 5*time.Second, "time limit for connecting and for each database step")
+	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = root.MarkPersistentFlagFilename("keys", "yaml", "yml")
+
+	root.AddCommand(newLabCmd(app))
+	return root
+}
+
+// DSN returns the DSN to use and where it came from. arg is a DSN given as a
+// positional argument, which wins over everything else.
+func (a *App) DSN(arg string) (dsn, source string) {
+	switch {
+	case arg != "":
+		return arg, "argument"
+	case a.Global.dsnGiven || a.Global.DSN != "":
+		return a.Global.DSN, "--dsn"
+	case a.Getenv("LEASECTL_DSN") != "":
+		return a.Getenv("LEASECTL_DSN"), "LEASECTL_DSN"
+	case a.Getenv("DATABASE_URL") != "":
+		return a.Getenv("DATABASE_URL"), "DATABASE_URL"
+	default:
+		return "", "PG* environment"
+	}
+}
+
+// ConnConfig parses the DSN that [App.DSN] resolves, with --timeout.
+func (a *App) ConnConfig(arg string) (*pgx.ConnConfig, string, error) {
+	dsn, _ := a.DSN(arg)
+	cfg, err := dbconn.Parse(dsn, a.Global.Timeout)
+	return cfg, dsn, err
+}
+
+// Connect opens one connection to the resolved DSN within --timeout.
+func (a *App) Connect(ctx context.Context, arg string) (*pgx.Conn, error) {
+	cfg, _, err := a.ConnConfig(arg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.Global.Timeout)
+	defer cancel()
+	return dbconn.Connect(ctx, cfg)
+}
+
+// KeysPath returns the keys file to use: --keys, $LEASECTL_KEYS, ./keys.yaml.
+func (a *App) KeysPath() string {
+	switch {
+	case a.Global.Keys != "":
+		return a.Global.Keys
+	case a.Getenv("LEASECTL_KEYS") != "":
+		return a.Getenv("LEASECTL_KEYS")
+	default:
+		return "keys.yaml"
+	}
+}
+
+// LoadKeys reads the keys file.
+func (a *App) LoadKeys() (*keys.File, error) {
+	return keys.Load(a.KeysPath())
+}
+
+// JSON reports whether -o json was asked for.
+func (a *App) JSON() bool { return a.Global.Output == "json" }
+
+// Color reports whether output to stdout may use colours and styles.
+func (a *App) Color() bool {
+	return a.IO.OutTTY && !a.Global.NoColor && a.Getenv("NO_COLOR") == "" && a.Getenv("TERM") != "dumb"
+}
+
+// errNoArgs is a cobra.PositionalArgs that accepts none, as a usage error.
+func noArgs(c *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErrorf("%q takes no arguments, got %q", c.CommandPath(), args[0])
+	}
+	return nil
+}
+
+// maxArgs accepts at most n arguments, as a usage error.
+func maxArgs(n int) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) > n {
+			return usageErrorf("%q takes at most %d argument(s), got %d", c.CommandPath(), n, len(args))
+		}
+		return nil
+	}
+}
+
+// exactArgs accepts exactly n arguments, as a usage error.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageErrorf("%q needs %s", c.CommandPath(), what)
+		}
+		return nil
+	}
+}
+

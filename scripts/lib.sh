@@ -1,0 +1,33 @@
+# Shared by scripts/demo.sh, scripts/test.sh and .ci/run: make sure Go,
+# PostgreSQL and PgBouncer are there, installing the Debian packages when not.
+
+if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
+  export PATH="/usr/local/go/bin:$PATH"
+fi
+
+need_packages() {
+  local missing=()
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing+=(postgresql)
+  command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
+  command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
+  command -v git >/dev/null 2>&1 || missing+=(git)
+  echo "${missing[@]}"
+}
+
+ensure_deps() {
+  if ! command -v go >/dev/null 2>&1; then
+    echo "go not found: install Go 1.26 (https://go.dev/dl/) and put it on PATH" >&2
+    exit 1
+  fi
+  local missing
+  missing="$(need_packages)"
+  if [ -n "$missing" ]; then
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    echo ">> installing: $missing" >&2
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null
+  fi
+  # Debian's packages may start their own cluster and pooler on 5432/6432;
+  # leasectl's lab uses its own free ports, so they do not get in the way.
+}
