@@ -1,0 +1,10 @@
+// Package locks holds the SQL of session-level advisory locks: key encoding
+// as pg_locks shows it, taking and releasing a key, and (in later files)
+// listing holders and waiters and terminating a holder.
+//
+// A bigint advisory key k appears in pg_locks as classid = high 32 bits,
+// objid = low 32 bits, objsubid = 1; the two-int4 form (k1, k2) as classid =
+// k1, objid = k2, objsubid = 2. Session locks are re-entrant and stack: a
+// session that took a key twice must release it twice, so [Unlock] releases
+// until the server says the session no longer holds it.
+package locks

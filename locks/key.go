@@ -1,0 +1,43 @@
+package locks
+
+import (
+	"fmt"
+	"strconv"
+)
+
+// Split returns the classid and objid under which pg_locks shows the bigint
+// advisory key k (objsubid 1).
+func Split(k int64) (classid, objid uint32) {
+	return uint32(uint64(k) >> 32), uint32(uint64(k))
+}
+
+// Join rebuilds a bigint advisory key from pg_locks' classid and objid; it is
+// the inverse of Split for every int64, negative ones included.
+func Join(classid, objid uint32) int64 {
+	return int64(uint64(classid)<<32 | uint64(objid))
+}
+
+// PairKey is the two-int4 form of an advisory key, pg_advisory_lock(k1, k2),
+// which pg_locks shows with objsubid 2.
+type PairKey struct {
+	K1, K2 int32
+}
+
+// PairFromLocks rebuilds the two-int4 key from pg_locks' classid and objid.
+func PairFromLocks(classid, objid uint32) PairKey {
+	return PairKey{K1: int32(classid), K2: int32(objid)}
+}
+
+// String renders the pair as "k1,k2", the way leasectl prints it.
+func (p PairKey) String() string {
+	return strconv.Itoa(int(p.K1)) + "," + strconv.Itoa(int(p.K2))
+}
+
+// ParseKey parses a bigint advisory key given as a decimal integer.
+func ParseKey(s string) (int64, error) {
+	k, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a 64-bit integer key", s)
+	}
+	return k, nil
+}

@@ -1,0 +1,12 @@
+package locks_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/leasectl/leasectl/lab"
+)
+
+var testLab *lab.Lab
+
+func TestMain(m *testing.M) { os.Exit(lab.RunMain(m, lab.Options{}, &testLab)) }

@@ -1,0 +1,63 @@
+package locks_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/locks"
+)
+
+func connect(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	cfg, err := dbconn.Parse(dsn, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := dbconn.Connect(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// TestTryLockExcludesAndUnlockReleasesStackedHolds shows the two facts the
+// rest of leasectl builds on, on a direct connection: a second session
+// cannot take a held key, and a key taken twice needs two releases.
+func TestTryLockExcludesAndUnlockReleasesStackedHolds(t *testing.T) {
+	ctx := context.Background()
+	a, b := connect(t, testLab.DirectDSN()), connect(t, testLab.DirectDSN())
+	const key = -4242
+	for i := 0; i < 2; i++ {
+		if ok, err := locks.TryLock(ctx, a, key); err != nil || !ok {
+			t.Fatalf("A TryLock #%d = %v, %v", i+1, ok, err)
+		}
+	}
+	if ok, err := locks.TryLock(ctx, b, key); err != nil || ok {
+		t.Fatalf("B TryLock on A's key = %v, %v; want false", ok, err)
+	}
+	n, err := locks.Unlock(ctx, a, key)
+	if err != nil || n != 2 {
+		t.Fatalf("Unlock released %d holds (%v), want 2", n, err)
+	}
+	if ok, err := locks.TryLock(ctx, b, key); err != nil || !ok {
+		t.Fatalf("B TryLock after release = %v, %v; want true", ok, err)
+	}
+	if n, err := locks.Unlock(ctx, b, key); err != nil || n != 1 {
+		t.Fatalf("B Unlock = %d, %v", n, err)
+	}
+}
+
+func TestServerInfo(t *testing.T) {
+	ctx := context.Background()
+	info, err := dbconn.Server(ctx, connect(t, testLab.DirectDSN()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Port != testLab.Primary.Port || info.InRecovery || info.VersionNum < 140000 || info.BackendPID == 0 || info.Database != "postgres" {
+		t.Errorf("unexpected server info %+v (lab primary port %d)", info, testLab.Primary.Port)
+	}
+}
