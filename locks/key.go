@@ -41,3 +41,8 @@ func ParseKey(s string) (int64, error) {
 	}
 	return k, nil
 }
+
+// DefaultProbeKey is the advisory key `leasectl probe` takes by default:
+// the bytes of "leasectl" read as a big-endian int64 (0x6c6561736563746c).
+// No role in keys.yaml may use it (keys lint enforces that).
+const DefaultProbeKey int64 = 0x6c6561736563746c
