@@ -1,0 +1,114 @@
+// Package witness builds the witness program (cmd/witness) that leasectl's
+// tests and benchmarks run as the child of `leasectl run`, and collects what
+// the witnesses report over a unix socket.
+package witness
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Event kinds a witness reports.
+const (
+	Start   = "start"   // it runs (and holds the lock, if asked to take it)
+	Term    = "term"    // it received SIGTERM or SIGINT (Detail names it)
+	Overlap = "overlap" // another witness held the lock: two children at once
+	Failed  = "failed"  // it could not set itself up (Detail says why)
+)
+
+// Event is one report of a witness.
+type Event struct {
+	Kind       string `json:"kind"`
+	Detail     string `json:"detail,omitempty"`
+	PID        int    `json:"pid"`
+	PPID       int    `json:"ppid"`
+	BackendPID string `json:"backend_pid,omitempty"`
+	Role       string `json:"role,omitempty"`
+	Key        string `json:"key,omitempty"`
+	LeaseFD    string `json:"lease_fd,omitempty"`
+	// At is when the listener received the event (its own clock).
+	At time.Time `json:"-"`
+}
+
+// Build compiles the witness program into dir and returns its path.
+func Build(dir string) (string, error) {
+	return GoBuild(dir, "witness", "github.com/leasectl/leasectl/internal/witness/cmd/witness")
+}
+
+// GoBuild compiles the main package pkg into dir/name and returns its path.
+func GoBuild(dir, name, pkg string, flags ...string) (string, error) {
+	out := filepath.Join(dir, name)
+	args := append(append([]string{"build", "-o", out}, flags...), pkg)
+	if b, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out, nil
+}
+
+// Listener collects the events of every witness that reports to its socket.
+type Listener struct {
+	// Path is the socket to pass to witness -notify.
+	Path   string
+	Events chan Event
+	ln     net.Listener
+	wg     sync.WaitGroup
+}
+
+// Listen opens a listener socket in dir.
+func Listen(dir string) (*Listener, error) {
+	path := filepath.Join(dir, "witness.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	l := &Listener{Path: path, Events: make(chan Event, 1024), ln: ln}
+	l.wg.Add(1)
+	go l.accept()
+	return l, nil
+}
+
+func (l *Listener) accept() {
+	defer l.wg.Done()
+	for {
+		c, err := l.ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			sc := bufio.NewScanner(c)
+			for sc.Scan() {
+				var ev Event
+				if json.Unmarshal(sc.Bytes(), &ev) == nil {
+					ev.At = time.Now()
+					l.Events <- ev
+				}
+			}
+		}()
+	}
+}
+
+// Next returns the next event, or false when none arrives within limit.
+func (l *Listener) Next(limit time.Duration) (Event, bool) {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case ev := <-l.Events:
+		return ev, true
+	case <-t.C:
+		return Event{}, false
+	}
+}
+
+// Close stops accepting witnesses.
+func (l *Listener) Close() error {
+	err := l.ln.Close()
+	l.wg.Wait()
+	return err
+}
