@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -209,8 +211,8 @@ func (c *Command) Work(ctx context.Context) error {
 // leader: SIGTERM, then SIGKILL after grace. They are not our children, so
 // it polls for them.
 func (c *Command) stopGroup(log *slog.Logger, pgid int, grace time.Duration, msg string) {
-	if syscall.Kill(-pgid, 0) != nil {
-		return // the group is empty
+	if !groupAlive(pgid) {
+		return
 	}
 	log.Warn(msg, "pgid", pgid)
 	_ = syscall.Kill(-pgid, syscall.SIGTERM)
@@ -225,7 +227,7 @@ func (c *Command) stopGroup(log *slog.Logger, pgid int, grace time.Duration, msg
 
 func waitGroupGone(pgid int, limit time.Duration) bool {
 	deadline := time.Now().Add(limit)
-	for syscall.Kill(-pgid, 0) == nil {
+	for groupAlive(pgid) {
 		if time.Now().After(deadline) {
 			return false
 		}
@@ -264,4 +266,36 @@ func describeExit(err error) string {
 	default:
 		return r.Error()
 	}
+}
+
+// groupAlive reports whether process group pgid has a member that is not a
+// zombie. kill(-pgid, 0) alone counts zombies, which an init that does not
+// reap orphans (some containers) leaves behind forever.
+func groupAlive(pgid int) bool {
+	if syscall.Kill(-pgid, 0) != nil {
+		return false
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...; comm may contain spaces and parens.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) >= 3 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
+			return true
+		}
+	}
+	return false
 }

@@ -33,7 +33,7 @@ func Run(ctx context.Context, cfg Config, work func(ctx context.Context) error) 
 	if err != nil {
 		return err
 	}
-	r := &runner{cfg: c, work: work, state: Connecting,
+	r := &runner{cfg: c, work: work,
 		log: c.Logger.With("role", c.Role, "key", c.Key)}
 	defer r.setState(Stopped, 0, nil)
 	return r.run(ctx)

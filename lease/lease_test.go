@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/locks"
 )
@@ -33,9 +34,8 @@ func connect(t *testing.T, dsn string) *pgx.Conn {
 // terminate ends a backend the way an operator (or leasectl failover) does.
 func terminate(t *testing.T, pid uint32) {
 	t.Helper()
-	var ok bool
-	if err := connect(t, testLab.DirectDSN()).QueryRow(context.Background(), "SELECT pg_terminate_backend($1)", int64(pid)).Scan(&ok); err != nil || !ok {
-		t.Fatalf("pg_terminate_backend(%d) = %v, %v", pid, ok, err)
+	if err := leasetest.Terminate(context.Background(), connect(t, testLab.DirectDSN()), pid); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/leasectl/leasectl/internal/witness"
+	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/lab"
 )
 
@@ -38,7 +38,7 @@ var (
 // witnessBin builds the witness program once per test binary.
 func witnessBin(t *testing.T) string {
 	t.Helper()
-	witnessOnce.Do(func() { witnessPath, witnessErr = witness.Build(binDir) })
+	witnessOnce.Do(func() { witnessPath, witnessErr = leasetest.Build(binDir) })
 	if witnessErr != nil {
 		t.Fatal(witnessErr)
 	}

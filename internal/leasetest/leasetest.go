@@ -1,10 +1,12 @@
-// Package witness builds the witness program (cmd/witness) that leasectl's
-// tests and benchmarks run as the child of `leasectl run`, and collects what
-// the witnesses report over a unix socket.
-package witness
+// Package leasetest supports the tests and benchmarks of lease and
+// `leasectl run`: it builds the witness program (./witness), the child they
+// run under a lease, collects what witnesses report over a unix socket, and
+// terminates backends the way an operator does.
+package leasetest
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -12,6 +14,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Event kinds a witness reports.
@@ -38,7 +42,7 @@ type Event struct {
 
 // Build compiles the witness program into dir and returns its path.
 func Build(dir string) (string, error) {
-	return GoBuild(dir, "witness", "github.com/leasectl/leasectl/internal/witness/cmd/witness")
+	return GoBuild(dir, "witness", "github.com/leasectl/leasectl/internal/leasetest/witness")
 }
 
 // GoBuild compiles the main package pkg into dir/name and returns its path.
@@ -111,4 +115,17 @@ func (l *Listener) Close() error {
 	err := l.ln.Close()
 	l.wg.Wait()
 	return err
+}
+
+// Terminate ends backend pid with pg_terminate_backend, as an operator or
+// `leasectl failover` would, and waits until it is gone (up to a minute).
+func Terminate(ctx context.Context, conn *pgx.Conn, pid uint32) error {
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_terminate_backend($1, 60000)", int64(pid)).Scan(&ok); err != nil {
+		return fmt.Errorf("pg_terminate_backend(%d): %w", pid, err)
+	}
+	if !ok {
+		return fmt.Errorf("pg_terminate_backend(%d): the backend did not exit", pid)
+	}
+	return nil
 }

@@ -19,7 +19,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/leasectl/leasectl/internal/witness"
+	"github.com/leasectl/leasectl/internal/leasetest"
 )
 
 func main() {
@@ -42,7 +42,7 @@ func main() {
 		}
 	}
 	report := func(kind, detail string) {
-		ev := witness.Event{
+		ev := leasetest.Event{
 			Kind: kind, Detail: detail, PID: os.Getpid(), PPID: os.Getppid(),
 			BackendPID: os.Getenv("LEASECTL_BACKEND_PID"), Role: os.Getenv("LEASECTL_ROLE"), Key: os.Getenv("LEASECTL_KEY"),
 			LeaseFD: leaseFD(),
@@ -55,22 +55,22 @@ func main() {
 	if *lock != "" {
 		f, err := os.OpenFile(*lock, os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
-			report(witness.Failed, err.Error())
+			report(leasetest.Failed, err.Error())
 			os.Exit(96)
 		}
 		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-			report(witness.Overlap, err.Error())
+			report(leasetest.Overlap, err.Error())
 			fmt.Fprintln(os.Stderr, "witness: another witness holds the lock:", err)
 			os.Exit(97)
 		}
 		// Held until this process exits.
 	}
-	report(witness.Start, "")
+	report(leasetest.Start, "")
 	if *exit >= 0 {
 		os.Exit(*exit)
 	}
 	for s := range sigs {
-		report(witness.Term, s.String())
+		report(leasetest.Term, s.String())
 		if !*ignoreTerm {
 			os.Exit(0)
 		}
