@@ -65,7 +65,7 @@ the bytes of "leasectl") must not be any role's key. The DSN is the argument, el
 	f := c.Flags()
 	f.Int64Var(&opts.Key, "probe-key", locks.DefaultProbeKey, "advisory key the probe takes; no role may use it")
 	f.BoolVar(&opts.Strict, "strict", false, "refuse on warnings too")
-	f.IntVar(&opts.Contenders, "contenders", 2, "further connections that contend for the key")
+	f.IntVar(&opts.Contenders, "contenders", 1, "further connections that contend for the key")
 	f.IntVar(&opts.Rounds, "rounds", 3, "times each contender tries the key")
 	f.DurationVar(&opts.Heartbeat, "heartbeat", 15*time.Second, "lease heartbeat interval the server settings are judged against")
 	f.DurationVar(&opts.HBTimeout, "heartbeat-timeout", 5*time.Second, "lease heartbeat timeout the server settings are judged against")

@@ -121,6 +121,9 @@ func (p *run) exclusion(ctx context.Context) Check {
 		if c.err != nil {
 			f.note(fmt.Sprintf("contender %d could not connect: %v", i+1, c.err))
 		}
+		if c.starved {
+			f.add("starved", i+1, 0, 0)
+		}
 	}
 	contenderPIDs := map[uint32]bool{}
 	live := 0
@@ -294,10 +297,8 @@ func (p *run) cleanup(ctx context.Context) Check {
 	if len(live) == 0 {
 		return Check{CheckCleanup, Pass, "every probe connection is closed; the server released the probe's session state"}
 	}
-	if p.a != nil && !p.a.IsClosed() && p.tableMaybe {
-		if _, err := p.a.Exec(ctx, "DROP TABLE IF EXISTS "+p.ident()); err != nil {
-			problems = append(problems, "drop the temp table: "+p.explain(err))
-		}
+	if p.tableMaybe {
+		problems = append(problems, p.dropTable(ctx, live)...)
 	}
 	released := 0
 	holders := map[*pgx.Conn]bool{}
@@ -365,6 +366,42 @@ func (p *run) cleanup(ctx context.Context) Check {
 		what = "temp table dropped, probe key released"
 	}
 	return Check{CheckCleanup, Pass, fmt.Sprintf("%s (%d hold(s))", what, released)}
+}
+
+// dropTable drops the probe's temp table. Through a transaction pooler A's
+// DROP may run on another backend than its CREATE did, so it drops from every
+// connection at once until pg_class, which lists every session's temp
+// tables, no longer has it.
+func (p *run) dropTable(ctx context.Context, live []*pgx.Conn) []string {
+	var problems []string
+	for attempt := 0; attempt < 4; attempt++ {
+		conns := live
+		if attempt == 0 {
+			conns = live[:1] // usually A's own backend has it: one statement
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for _, conn := range conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+p.ident()); err != nil {
+					mu.Lock()
+					problems = append(problems, "drop the temp table: "+p.explain(err))
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		var left bool
+		if err := live[0].QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = $1 AND relpersistence = 't')", p.table).Scan(&left); err != nil {
+			return append(problems, "check the temp table is gone: "+p.explain(err))
+		}
+		if !left {
+			return nil
+		}
+	}
+	return append(problems, fmt.Sprintf("temp table %s is left on a pooled server connection that our statements do not reach; it goes when the pooler closes that connection", p.table))
 }
 
 func (p *run) liveConns() []*pgx.Conn {

@@ -67,7 +67,7 @@ type Options struct {
 	// No role may use it.
 	Key int64
 	// Contenders is how many further connections contend for the key while
-	// the first holds it; default 2.
+	// the first holds it; default 1 (each costs a server connection).
 	Contenders int
 	// Rounds is how many times the contenders try; default 3.
 	Rounds int
@@ -93,7 +93,7 @@ func (o *Options) withDefaults() Options {
 		out.Key = locks.DefaultProbeKey
 	}
 	if out.Contenders <= 0 {
-		out.Contenders = 2
+		out.Contenders = 1
 	}
 	if out.Rounds <= 0 {
 		out.Rounds = 3
@@ -253,6 +253,8 @@ type contender struct {
 	conn    *pgx.Conn
 	err     error
 	tookKey bool
+	// starved says the contender got no server connection in time.
+	starved bool
 }
 
 func (p *run) connConfig() *pgx.ConnConfig {
@@ -296,6 +298,12 @@ func (p *run) connectAll(ctx context.Context) error {
 				p.settingsPort = localPort(c.conn)
 				p.settingsVal, p.settingsErr = p.readSettings(ctx, c.conn)
 				p.settingsRead = true
+				if p.settingsErr != nil && c.conn.IsClosed() {
+					// No server connection for the contender in time (a pool
+					// of one): the exclusion check reports it; A reads the
+					// settings instead.
+					c.starved, p.settingsRead = true, false
+				}
 			}
 		}()
 	}
