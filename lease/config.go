@@ -142,7 +142,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if c.Preflight == nil {
-		c.Preflight = defaultPreflight(c.HeartbeatTimeout)
+		c.Preflight = defaultPreflight(c.HeartbeatInterval, c.HeartbeatTimeout)
 	}
 	return c, nil
 }

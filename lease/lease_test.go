@@ -108,12 +108,13 @@ func (r *recorder) count(s lease.State) int {
 	return n
 }
 
-// baseConfig is a lease on key with fast retries and the given recorder.
+// baseConfig is a lease on key with fast retries, the real preflight (the
+// probe) and the given recorder. Heartbeats are an hour apart, so that a
+// test sees what the socket watch alone notices.
 func baseConfig(dsn string, key int64, rec *recorder) lease.Config {
 	return lease.Config{
 		Role: "test", Key: key, DSN: dsn,
 		RetryInterval: 200 * time.Millisecond, HeartbeatInterval: time.Hour, HeartbeatTimeout: 5 * time.Second,
-		Preflight:     func(context.Context, *pgx.ConnConfig) error { return nil },
 		OnStateChange: rec.record,
 	}
 }
@@ -329,9 +330,11 @@ func TestFailingPreflightNeverLeads(t *testing.T) {
 // DSN of PgBouncer in transaction mode.
 func TestTransactionPoolerNeverLeads(t *testing.T) {
 	rec := newRecorder()
-	cfg := baseConfig(testLab.PoolerDSN("transaction"), 9100007, rec)
-	cfg.Preflight = nil
-	refusedTwice(t, cfg, rec)
+	c := refusedTwice(t, baseConfig(testLab.PoolerDSN("transaction"), 9100007, rec), rec)
+	var pe *lease.ProbeError
+	if !errors.As(c.Err, &pe) || len(pe.Report.Reasons()) == 0 {
+		t.Errorf("refusal %v does not carry the probe's reasons", c.Err)
+	}
 }
 
 // TestRestartedServerIsNoticedAndLedAgain.
@@ -439,4 +442,31 @@ func (h *countingHandler) Handle(ctx context.Context, r slog.Record) error {
 
 func (h *countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return &countingHandler{Handler: h.Handler.WithAttrs(as), msg: h.msg, hits: h.hits}
+}
+
+// TestCommandRunsOnlyUnderTheLease: the program sees the lease in its
+// environment and the lease socket as descriptor 3, and its exit status
+// comes back as an *ExitError.
+func TestCommandRunsOnlyUnderTheLease(t *testing.T) {
+	const key = 9100010
+	dir := t.TempDir()
+	events, err := leasetest.Listen(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Close()
+	w := witnessBin(t)
+	cmd := &lease.Command{Path: w, Args: []string{w, "-notify", events.Path, "-exit", "5"}, Grace: time.Second}
+	err = lease.Run(context.Background(), baseConfig(testLab.DirectDSN(), key, newRecorder()), cmd.Work)
+	var exit *lease.ExitError
+	if !errors.As(err, &exit) || exit.Code != 5 {
+		t.Fatalf("Run = %v, want the program's exit status 5", err)
+	}
+	ev, ok := events.Next(time.Minute)
+	if !ok || ev.Kind != leasetest.Start || ev.Role != "test" || ev.Key != "9100010" || ev.BackendPID == "" || ev.LeaseFD != "socket" {
+		t.Errorf("the program reported %+v", ev)
+	}
+	if err := (&lease.Command{Path: w}).Work(context.Background()); err == nil {
+		t.Error("Command.Work outside lease.Run started a program")
+	}
 }
