@@ -32,5 +32,17 @@ run 'leasectl probe "$LEASECTL_LAB_SESSION_DSN"'
 say "...and the transaction pooler is refused, although the runbook's probe passes there"
 run 'leasectl probe "$LEASECTL_LAB_TX_DSN"'
 
+say "leasectl run: two replicas of a worker; only the leader runs it; SIGKILL the leader and the other takes over"
+worker='echo "  worker pid $$ runs under backend $LEASECTL_BACKEND_PID"; exec sleep 600'
+leasectl run --role poller -- sh -c "$worker" 2>"$LAB_DIR/a.log" & A=$!
+sleep 1
+leasectl run --role poller -- sh -c "$worker" 2>"$LAB_DIR/b.log" & B=$!
+sleep 1
+echo "kill -9 the leader's leasectl ($A): its worker dies with it, the stand-by takes over:"
+kill -9 "$A"; wait "$A" 2>/dev/null || true
+sleep 1
+kill -TERM "$B"; wait "$B" || true
+grep -h 'msg=leading\|program started' "$LAB_DIR/b.log" | cut -c1-140
+
 say "tear down"
 leasectl lab down --dir "$LAB_DIR"
