@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/locks"
 )
@@ -120,8 +119,8 @@ func (f *runFixture) noOverlap() {
 
 // liveRun is leasectl run executing in-process.
 type liveRun struct {
-	stderr *watchedBuffer
-	stdout *watchedBuffer
+	stderr *leasetest.Buffer
+	stdout *leasetest.Buffer
 	done   chan struct{}
 	code   int
 	cancel context.CancelFunc
@@ -130,7 +129,7 @@ type liveRun struct {
 func startRun(t *testing.T, env map[string]string, args ...string) *liveRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &liveRun{stderr: &watchedBuffer{}, stdout: &watchedBuffer{}, done: make(chan struct{}), cancel: cancel}
+	r := &liveRun{stderr: &leasetest.Buffer{}, stdout: &leasetest.Buffer{}, done: make(chan struct{}), cancel: cancel}
 	app := &App{
 		IO:     &IOStreams{In: strings.NewReader(""), Out: r.stdout, ErrOut: r.stderr},
 		Getenv: func(k string) string { return env[k] },
@@ -155,53 +154,11 @@ func (r *liveRun) stop(t *testing.T) int {
 	return r.code
 }
 
-// watchedBuffer is a goroutine-safe buffer that tests can wait on.
-type watchedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *watchedBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *watchedBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
-// waitFor waits until s occurs n times.
-func (w *watchedBuffer) waitFor(t *testing.T, s string, n int) {
-	t.Helper()
-	deadline := time.Now().Add(hang)
-	for strings.Count(w.String(), s) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%q did not appear %d times; output:\n%s", s, n, w)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func runEnv(f *runFixture, dsn string) map[string]string {
 	return map[string]string{"LEASECTL_DSN": dsn, "LEASECTL_KEYS": f.keys}
 }
 
-func adminConn(t *testing.T) *pgx.Conn {
-	t.Helper()
-	cfg, err := dbconn.Parse(testLab.DirectDSN(), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := dbconn.Connect(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
-}
+func adminConn(t *testing.T) *pgx.Conn { return leasetest.Connect(t, testLab.DirectDSN()) }
 
 func terminateBackend(t *testing.T, pid string) {
 	t.Helper()
@@ -277,8 +234,8 @@ func TestRunPassesTheProgramsStatusAndEnvironment(t *testing.T) {
 			t.Errorf("the program saw role %q key %q backend %q fd 3 %q", ev.Role, ev.Key, ev.BackendPID, ev.LeaseFD)
 		}
 	}
-	if ok, err := locks.TryLock(context.Background(), adminConn(t), key); err != nil || !ok {
-		t.Errorf("key still held after leasectl run exited: %v %v", ok, err)
+	if !leasetest.KeyFree(t, testLab.DirectDSN(), key) {
+		t.Error("key still held after leasectl run exited")
 	}
 }
 
@@ -290,7 +247,7 @@ func TestRunNeverLeadsWhereALeaseIsUnsafe(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := newRunFixture(t, "poller", 9200003)
 			r := startRun(t, runEnv(f, dsn), append([]string{"--role", "poller", "--retry-interval", "50ms", "--"}, f.witnessArgs()...)...)
-			r.stderr.waitFor(t, "refusing to lead", 2)
+			r.stderr.WaitFor(t, "refusing to lead", 2, hang)
 			if code := r.stop(t); code != ExitOK {
 				t.Errorf("exit %d after stopping while standing by, want 0", code)
 			}
@@ -311,7 +268,7 @@ func TestRunNeverLeadsWhereALeaseIsUnsafe(t *testing.T) {
 func TestRunKeepsRetryingAnUnreachableDatabase(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200004)
 	r := startRun(t, runEnv(f, "postgres://postgres:hunter2secret@127.0.0.1:1/postgres?sslmode=disable"), "--role", "poller", "--retry-interval", "50ms", "--", "true")
-	r.stderr.waitFor(t, "cannot connect; retrying", 3)
+	r.stderr.WaitFor(t, "cannot connect; retrying", 3, hang)
 	if code := r.stop(t); code != ExitOK {
 		t.Errorf("exit %d, want 0", code)
 	}
@@ -390,7 +347,7 @@ func waitMetrics(t *testing.T, url string, want ...string) {
 // replica is one `leasectl run` process.
 type replica struct {
 	cmd    *exec.Cmd
-	log    *watchedBuffer
+	log    *leasetest.Buffer
 	exited chan struct{}
 	err    error
 }
@@ -400,7 +357,7 @@ func (f *runFixture) startReplica(dsn string, flags ...string) *replica {
 	args := append(append([]string{"run", "--role", "poller", "--retry-interval", "100ms", "--log-format", "json"}, flags...), "--")
 	cmd := exec.Command(f.leasectl, append(args, f.witnessArgs()...)...)
 	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+dsn, "LEASECTL_KEYS="+f.keys)
-	r := &replica{cmd: cmd, log: &watchedBuffer{}, exited: make(chan struct{})}
+	r := &replica{cmd: cmd, log: &leasetest.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = r.log
 	if err := cmd.Start(); err != nil {
 		f.t.Fatal(err)
@@ -443,7 +400,7 @@ func TestRunReplicasNeverRunTwoPrograms(t *testing.T) {
 	var children []int
 	add := func(flags ...string) {
 		r := f.startReplica(dsn, flags...)
-		r.log.waitFor(t, `"msg":"connecting"`, 1) // its signal handling is in place
+		r.log.WaitFor(t, `"msg":"connecting"`, 1, hang) // its signal handling is in place
 		byPID[r.cmd.Process.Pid] = r
 		all = append(all, r)
 	}
@@ -515,8 +472,8 @@ func TestRunReplicasNeverRunTwoPrograms(t *testing.T) {
 			t.Errorf("program %d still runs", pid)
 		}
 	}
-	if ok, err := locks.TryLock(context.Background(), adminConn(t), 9200006); err != nil || !ok {
-		t.Errorf("key still held after every replica exited: %v %v", ok, err)
+	if !leasetest.KeyFree(t, testLab.DirectDSN(), 9200006) {
+		t.Error("key still held after every replica exited")
 	}
 }
 
@@ -544,14 +501,14 @@ func TestRunKeyOutlivesAKilledLeasectlWhileItsProgramLives(t *testing.T) {
 	}
 	orphan := f.next(leasetest.Start)
 	standby := f.startReplica(testLab.DirectDSN())
-	standby.log.waitFor(t, "standing by", 1)
+	standby.log.WaitFor(t, "standing by", 1, hang)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	if !running(orphan.PID) {
 		t.Fatal("the grandchild died with leasectl; this test needs it to survive")
 	}
-	if ok, err := locks.TryLock(context.Background(), adminConn(t), key); err != nil || ok {
-		t.Fatalf("key free (%v, %v) while the killed leader's program still runs", ok, err)
+	if leasetest.KeyFree(t, testLab.DirectDSN(), key) {
+		t.Fatal("key free while the killed leader's program still runs")
 	}
 	if err := syscall.Kill(orphan.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -570,7 +527,7 @@ func TestRunForwardsSignalsAndRestarts(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200008)
 	cmd := exec.Command(f.leasectl, append([]string{"run", "--role", "poller", "--restart", "--retry-interval", "50ms", "--"}, f.witnessArgs("-exit", "3")...)...)
 	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+testLab.DirectDSN(), "LEASECTL_KEYS="+f.keys)
-	var log watchedBuffer
+	var log leasetest.Buffer
 	cmd.Stderr = &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -593,5 +550,14 @@ func TestRunForwardsSignalsAndRestarts(t *testing.T) {
 	<-r.exited
 	if code := r.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("exit %d, want the program's 0:\n%s", code, r.log)
+	}
+}
+
+// TestRunCompletesRoles: --role completes from keys.yaml.
+func TestRunCompletesRoles(t *testing.T) {
+	f := newRunFixture(t, "poller", 9200009)
+	res := runCLI(t, runEnv(f, testLab.DirectDSN()), "__complete", "run", "--role", "po")
+	if res.Code != 0 || !strings.Contains(res.Stdout, "poller\tkey 9200009") {
+		t.Errorf("completion of --role: exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
 }

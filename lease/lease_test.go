@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,24 +18,10 @@ import (
 	"github.com/leasectl/leasectl/locks"
 )
 
-func connect(t *testing.T, dsn string) *pgx.Conn {
-	t.Helper()
-	cfg, err := dbconn.Parse(dsn, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := dbconn.Connect(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
-}
-
 // terminate ends a backend the way an operator (or leasectl failover) does.
 func terminate(t *testing.T, pid uint32) {
 	t.Helper()
-	if err := leasetest.Terminate(context.Background(), connect(t, testLab.DirectDSN()), pid); err != nil {
+	if err := leasetest.Terminate(context.Background(), leasetest.Connect(t, testLab.DirectDSN()), pid); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -42,17 +29,7 @@ func terminate(t *testing.T, pid uint32) {
 // keyIsFree reports whether another session could take key now.
 func keyIsFree(t *testing.T, key int64) bool {
 	t.Helper()
-	conn := connect(t, testLab.DirectDSN())
-	ok, err := locks.TryLock(context.Background(), conn, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok {
-		if _, err := locks.Unlock(context.Background(), conn, key); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ok
+	return leasetest.KeyFree(t, testLab.DirectDSN(), key)
 }
 
 // recorder keeps the state changes of one lease.
@@ -367,7 +344,7 @@ func TestUnreachableServerKeepsRetrying(t *testing.T) {
 	rec := newRecorder()
 	const secret = "s3cr3t-pw"
 	cfg := baseConfig("postgres://postgres:"+secret+"@127.0.0.1:1/postgres?sslmode=disable", 9100009, rec)
-	var logs syncBuffer
+	var logs leasetest.Buffer
 	retries := make(chan struct{}, 16)
 	cfg.Logger = slog.New(&countingHandler{Handler: slog.NewTextHandler(&logs, nil), msg: "cannot connect; retrying", hits: retries})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -379,10 +356,10 @@ func TestUnreachableServerKeepsRetrying(t *testing.T) {
 	if err := r.wait(t); !errors.Is(err, context.Canceled) {
 		t.Errorf("Run = %v, want context.Canceled", err)
 	}
-	if bytes.Contains(logs.Bytes(), []byte(secret)) {
+	if strings.Contains(logs.String(), secret) {
 		t.Errorf("the password appears in the logs:\n%s", logs.String())
 	}
-	if !bytes.Contains(logs.Bytes(), []byte("connection refused")) {
+	if !strings.Contains(logs.String(), "connection refused") {
 		t.Errorf("the logs do not say why:\n%s", logs.String())
 	}
 }
@@ -403,25 +380,6 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("bad DSN: Run = %v, want a *dbconn.DSNError", err)
 	}
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]byte(nil), s.b.Bytes()...)
-}
-
-func (s *syncBuffer) String() string { return string(s.Bytes()) }
 
 // countingHandler signals hits for each record with message msg.
 type countingHandler struct {

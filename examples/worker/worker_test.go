@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"debug/elf"
 	"fmt"
 	"os"
@@ -13,10 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/lab"
-	"github.com/leasectl/leasectl/locks"
 )
 
 var testLab *lab.Lab
@@ -90,7 +87,7 @@ func hasPoller(names []string) bool {
 // service is one running worker process.
 type service struct {
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *leasetest.Buffer
 	done chan struct{}
 }
 
@@ -102,7 +99,7 @@ func startService(t *testing.T, bin string, env ...string) *service {
 	}
 	cmd := exec.Command(bin)
 	cmd.Env = append(append(os.Environ(), "DATABASE_URL="+testLab.DirectDSN(), "LEASECTL_KEYS="+keysFile), env...)
-	s := &service{cmd: cmd, log: &syncBuffer{}, done: make(chan struct{})}
+	s := &service{cmd: cmd, log: &leasetest.Buffer{}, done: make(chan struct{})}
 	cmd.Stderr = s.log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -112,17 +109,10 @@ func startService(t *testing.T, bin string, env ...string) *service {
 	return s
 }
 
-// waitLog waits for line to appear in the service's log; the limit only
-// catches a hang.
+// waitLog waits for line to appear in the service's log.
 func (s *service) waitLog(t *testing.T, line string) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(s.log.String(), line) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in the log:\n%s", line, s.log)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	s.log.WaitFor(t, line, 1, time.Minute)
 }
 
 // stop sends SIGTERM and checks for a clean exit.
@@ -141,23 +131,7 @@ func (s *service) stop(t *testing.T) {
 
 func pollerKeyFree(t *testing.T) bool {
 	t.Helper()
-	cfg, err := dbconn.Parse(testLab.DirectDSN(), 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := dbconn.Connect(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	ok, err := locks.TryLock(context.Background(), conn, pollerKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok {
-		_, _ = locks.Unlock(context.Background(), conn, pollerKey)
-	}
-	return ok
+	return leasetest.KeyFree(t, testLab.DirectDSN(), pollerKey)
 }
 
 // TestDefaultBuildHasNoPollerCode: gate one. Without the tag the binary
@@ -221,21 +195,4 @@ func TestBothGatesOpenOnePollerLeads(t *testing.T) {
 	if !pollerKeyFree(t) {
 		t.Error("the poller key is still held after both services stopped")
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -6,16 +6,21 @@ package leasetest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/locks"
 )
 
 // Event kinds a witness reports.
@@ -128,4 +133,69 @@ func Terminate(ctx context.Context, conn *pgx.Conn, pid uint32) error {
 		return fmt.Errorf("pg_terminate_backend(%d): the backend did not exit", pid)
 	}
 	return nil
+}
+
+// Connect opens a connection to dsn (pooler-safe, as every leasectl
+// connection) that is closed when tb ends.
+func Connect(tb testing.TB, dsn string) *pgx.Conn {
+	tb.Helper()
+	cfg, err := dbconn.Parse(dsn, 5*time.Second)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	conn, err := dbconn.Connect(context.Background(), cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// KeyFree reports whether another session could take key on dsn right now;
+// it releases the key again.
+func KeyFree(tb testing.TB, dsn string, key int64) bool {
+	tb.Helper()
+	conn := Connect(tb, dsn)
+	ok, err := locks.TryLock(context.Background(), conn, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if ok {
+		if _, err := locks.Unlock(context.Background(), conn, key); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return ok
+}
+
+// Buffer is a goroutine-safe buffer for a process's output that tests can
+// wait on.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// WaitFor waits until s occurs n times, failing tb when it has not after
+// limit (which only catches a hang).
+func (b *Buffer) WaitFor(tb testing.TB, s string, n int, limit time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(limit)
+	for strings.Count(b.String(), s) < n {
+		if time.Now().After(deadline) {
+			tb.Fatalf("%q did not appear %d times; output:\n%s", s, n, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -2,13 +2,17 @@
 // lab of its own:
 //
 //   - takeover: SIGKILL of the leading leasectl run → the next replica's
-//     program starts (its first report reaches this program), with default
+//     program starts (its first line reaches this program), with default
 //     settings; target median ≤ 20 ms, p99 ≤ 100 ms;
 //   - step-down: pg_terminate_backend of the leader's lease session → its
 //     program receives SIGTERM; target median ≤ 100 ms;
 //   - baseline, in the same run: the raw server-side handoff, a pgx session
 //     waiting in pg_advisory_lock until it gets the key after SIGKILL of the
 //     process that held it.
+//
+// The program is a few lines of sh reporting over a FIFO, so that the
+// figures are leasectl's and not the start-up of a heavier child (a Go
+// binary takes several milliseconds more to reach its first line).
 //
 // Run it with: go run ./internal/bench/takeover [-kills 60] [-stepdowns 30]
 package main
@@ -24,7 +28,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +36,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/benchutil"
 	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/lab"
 	"github.com/leasectl/leasectl/locks"
@@ -98,12 +102,8 @@ func bench(kills, stepdowns, baselines, replicas int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	fmt.Fprintln(os.Stderr, "building leasectl and the witness …")
-	leasectl, err := leasetest.GoBuild(dir, "leasectl", "github.com/leasectl/leasectl")
-	if err != nil {
-		return err
-	}
-	witness, err := leasetest.Build(dir)
+	fmt.Fprintln(os.Stderr, "building leasectl …")
+	leasectl, err := benchutil.BuildLeasectl(dir)
 	if err != nil {
 		return err
 	}
@@ -111,12 +111,11 @@ func bench(kills, stepdowns, baselines, replicas int) error {
 	if err := os.WriteFile(keysFile, fmt.Appendf(nil, "roles:\n  bench: %d\n", roleKey), 0o600); err != nil {
 		return err
 	}
-	events, err := leasetest.Listen(dir)
+	events, err := listenFIFO(filepath.Join(dir, "events"))
 	if err != nil {
 		return err
 	}
-	defer events.Close()
-	s := &setup{lab: l, leasectl: leasectl, witness: witness, keys: keysFile, events: events, byPID: map[int]*replica{}}
+	s := &setup{lab: l, leasectl: leasectl, keys: keysFile, events: events, byPID: map[int]*replica{}}
 	defer s.stopAll()
 
 	fmt.Fprintf(os.Stderr, "baseline: %d raw handoffs …\n", baselines)
@@ -141,9 +140,10 @@ func bench(kills, stepdowns, baselines, replicas int) error {
 	report("takeover: SIGKILL leader → next replica's program runs", take)
 	report("  of which: SIGKILL → the next replica holds the key", s.toKey)
 	report("            key → program started (fork, exec)", s.toStart)
-	report("            started → program's first report", s.toReport)
+	report("            started → program's first line (sh)", s.toReport)
 	report("step-down: terminate leader's session → program SIGTERM", down)
-	fmt.Printf("\ntakeover median = %.1f × baseline median\n", float64(median(take))/float64(median(base)))
+	tk, dn := benchutil.Summarize(take), benchutil.Summarize(down)
+	fmt.Printf("\ntakeover median = %s × baseline median\n", benchutil.Ratio(tk.Median, benchutil.Summarize(base).Median))
 	verdict := func(ok bool) string {
 		if ok {
 			return "met"
@@ -151,15 +151,15 @@ func bench(kills, stepdowns, baselines, replicas int) error {
 		return "MISSED"
 	}
 	fmt.Printf("targets: takeover median ≤ 20 ms %s, p99 ≤ 100 ms %s; step-down median ≤ 100 ms %s\n",
-		verdict(median(take) <= 20*time.Millisecond), verdict(pct(take, 99) <= 100*time.Millisecond), verdict(median(down) <= 100*time.Millisecond))
+		verdict(tk.Median <= 20*time.Millisecond), verdict(tk.P99 <= 100*time.Millisecond), verdict(dn.Median <= 100*time.Millisecond))
 	return nil
 }
 
 type setup struct {
-	lab                     *lab.Lab
-	leasectl, witness, keys string
-	events                  *leasetest.Listener
-	byPID                   map[int]*replica
+	lab            *lab.Lab
+	leasectl, keys string
+	events         *fifo
+	byPID          map[int]*replica
 	// The parts of each takeover, from the new leader's log: kill → it holds
 	// the key; → it has started the program (fork, exec); → the program's
 	// first report (its runtime's start).
@@ -174,21 +174,27 @@ type replica struct {
 	// leadingAt and startedAt are the log times of the last "leading" and
 	// "program started" lines.
 	leadingAt, startedAt time.Time
-	seen                 chan struct{} // a state was logged (capacity 1: a wake-up, not a count)
-	exited               chan struct{}
+	// tail is the last lines of its log, for a failure report.
+	tail   []string
+	seen   chan struct{} // a state was logged (capacity 1: a wake-up, not a count)
+	exited chan struct{}
 }
 
 func (s *setup) start() (*replica, error) {
-	cmd := exec.Command(s.leasectl, "run", "--role", "bench", "--log-format", "json", "--", s.witness, "-notify", s.events.Path)
+	cmd := exec.Command(s.leasectl, "run", "--role", "bench", "--log-format", "json", "--", "sh", "-c", childScript, s.events.path)
 	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+s.lab.DirectDSN(), "LEASECTL_KEYS="+s.keys)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
+	r := &replica{cmd: cmd, seen: make(chan struct{}, 1), exited: make(chan struct{})}
+	stderr, w := io.Pipe()
+	cmd.Stderr = w
+	cmd.WaitDelay = time.Second // do not wait for the stderr copy once leasectl is gone
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	r := &replica{cmd: cmd, seen: make(chan struct{}, 1), exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		w.Close()
+		close(r.exited)
+	}()
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -197,6 +203,12 @@ func (s *setup) start() (*replica, error) {
 				Msg   string
 				State string
 			}
+			r.mu.Lock()
+			r.tail = append(r.tail, sc.Text())
+			if len(r.tail) > 8 {
+				r.tail = r.tail[1:]
+			}
+			r.mu.Unlock()
 			if json.Unmarshal(sc.Bytes(), &line) != nil {
 				continue
 			}
@@ -219,8 +231,6 @@ func (s *setup) start() (*replica, error) {
 			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)
-		_ = cmd.Wait()
-		close(r.exited)
 	}()
 	s.byPID[cmd.Process.Pid] = r
 	return r, nil
@@ -246,6 +256,26 @@ func (r *replica) standingBy() error {
 	}
 }
 
+// loggedStart returns the log times of r's "leading" and "program started"
+// lines after t0, waiting a little for them: the program's own line can
+// arrive first.
+func (r *replica) loggedStart(t0 time.Time) (leading, started time.Time) {
+	deadline := time.After(time.Second)
+	for {
+		r.mu.Lock()
+		leading, started = r.leadingAt, r.startedAt
+		r.mu.Unlock()
+		if started.After(t0) && leading.After(t0) {
+			return leading, started
+		}
+		select {
+		case <-r.seen:
+		case <-deadline:
+			return time.Time{}, time.Time{}
+		}
+	}
+}
+
 func (s *setup) stopAll() {
 	for _, r := range s.byPID {
 		_ = r.cmd.Process.Signal(syscall.SIGTERM)
@@ -259,18 +289,74 @@ func (s *setup) stopAll() {
 	}
 }
 
-// next returns the next witness event of kind.
+// next returns the next event of kind from the programs.
 func (s *setup) next(kind string) (leasetest.Event, error) {
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.After(time.Minute)
 	for {
-		ev, ok := s.events.Next(time.Until(deadline))
-		if !ok {
-			return ev, fmt.Errorf("no %s event within a minute", kind)
-		}
-		if ev.Kind == kind {
-			return ev, nil
+		select {
+		case ev := <-s.events.events:
+			if ev.Kind == kind {
+				return ev, nil
+			}
+		case <-deadline:
+			var b strings.Builder
+			for pid, r := range s.byPID {
+				r.mu.Lock()
+				fmt.Fprintf(&b, "\nreplica %d:\n  %s", pid, strings.Join(r.tail, "\n  "))
+				r.mu.Unlock()
+			}
+			return leasetest.Event{}, fmt.Errorf("no %s event within a minute%s", kind, b.String())
 		}
 	}
+}
+
+// childScript is the program under the lease: it reports its start and
+// SIGTERM as lines on the FIFO named by $0. Its short sleeps hold none of
+// the inherited descriptors: the lease socket (3) would keep the key held
+// after a SIGKILL of leasectl, which Pdeathsig does not pass on to them,
+// until they end.
+const childScript = `trap 'echo "term $$" > "$0"; exit 0' TERM INT
+echo "start $$ $PPID $LEASECTL_BACKEND_PID" > "$0"
+while :; do sleep 1 </dev/null >/dev/null 2>&1 3>&- & wait $!; done`
+
+// fifo collects the lines the programs write to a named pipe.
+type fifo struct {
+	path   string
+	events chan leasetest.Event
+}
+
+func listenFIFO(path string) (*fifo, error) {
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		return nil, err
+	}
+	// Read-write, so that writers never block or see a closed pipe and the
+	// reader never sees EOF between writers.
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, err
+	}
+	q := &fifo{path: path, events: make(chan leasetest.Event, 1024)}
+	go func() {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			at := time.Now()
+			f := strings.Fields(sc.Text())
+			ev := leasetest.Event{At: at}
+			switch {
+			case len(f) == 4 && f[0] == "start":
+				ev.Kind, ev.BackendPID = leasetest.Start, f[3]
+				ev.PID, _ = strconv.Atoi(f[1])
+				ev.PPID, _ = strconv.Atoi(f[2])
+			case len(f) == 2 && f[0] == "term":
+				ev.Kind = leasetest.Term
+				ev.PID, _ = strconv.Atoi(f[1])
+			default:
+				continue
+			}
+			q.events <- ev
+		}
+	}()
+	return q, nil
 }
 
 func (s *setup) othersStandingBy(leader int) error {
@@ -308,14 +394,14 @@ func (s *setup) takeovers(n, replicas int) ([]time.Duration, leasetest.Event, er
 			return nil, leader, err
 		}
 		out = append(out, next.At.Sub(t0))
-		nr := s.byPID[next.PPID]
-		nr.mu.Lock()
-		if !nr.leadingAt.IsZero() && !nr.startedAt.IsZero() {
-			s.toKey = append(s.toKey, nr.leadingAt.Sub(t0))
-			s.toStart = append(s.toStart, nr.startedAt.Sub(nr.leadingAt))
-			s.toReport = append(s.toReport, next.At.Sub(nr.startedAt))
+		if nr := s.byPID[next.PPID]; nr != nil {
+			leading, started := nr.loggedStart(t0)
+			if !started.IsZero() {
+				s.toKey = append(s.toKey, leading.Sub(t0))
+				s.toStart = append(s.toStart, started.Sub(leading))
+				s.toReport = append(s.toReport, next.At.Sub(started))
+			}
 		}
-		nr.mu.Unlock()
 		<-r.exited
 		delete(s.byPID, leader.PPID)
 		leader = next
@@ -412,21 +498,7 @@ func (s *setup) baseline(n int) ([]time.Duration, error) {
 	return out, nil
 }
 
-func median(d []time.Duration) time.Duration { return pct(d, 50) }
-
-// pct is the p-th percentile (nearest rank).
-func pct(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := (p*len(s)+99)/100 - 1
-	return s[max(0, min(i, len(s)-1))]
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
-
 func report(name string, d []time.Duration) {
-	fmt.Printf("%-58s %5d %9s %9s %9s\n", name, len(d), ms(median(d)), ms(pct(d, 99)), ms(slices.Max(d)))
+	st := benchutil.Summarize(d)
+	fmt.Printf("%-58s %5d %9s %9s %9s\n", name, st.N, benchutil.Ms(st.Median), benchutil.Ms(st.P99), benchutil.Ms(st.Max))
 }
