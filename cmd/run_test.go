@@ -59,6 +59,7 @@ type runFixture struct {
 	keys     string
 	lock     string
 	events   *leasetest.Listener
+	pending  []leasetest.Event // received, not yet asked for
 	leasectl string
 	witness  string
 }
@@ -84,9 +85,16 @@ func (f *runFixture) witnessArgs(extra ...string) []string {
 	return append([]string{f.witness, "-lock", f.lock, "-notify", f.events.Path}, extra...)
 }
 
-// next returns the next witness event of kind, failing on an overlap.
+// next returns the oldest witness event of kind, failing on an overlap;
+// events of other kinds stay queued for later calls.
 func (f *runFixture) next(kind string) leasetest.Event {
 	f.t.Helper()
+	for i, ev := range f.pending {
+		if ev.Kind == kind {
+			f.pending = append(f.pending[:i], f.pending[i+1:]...)
+			return ev
+		}
+	}
 	deadline := time.Now().Add(hang)
 	for {
 		ev, ok := f.events.Next(time.Until(deadline))
@@ -99,6 +107,7 @@ func (f *runFixture) next(kind string) leasetest.Event {
 		if ev.Kind == kind {
 			return ev
 		}
+		f.pending = append(f.pending, ev)
 	}
 }
 

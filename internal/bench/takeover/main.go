@@ -159,6 +159,7 @@ type setup struct {
 	lab            *lab.Lab
 	leasectl, keys string
 	events         *fifo
+	pending        []leasetest.Event // received, not yet asked for
 	byPID          map[int]*replica
 	// The parts of each takeover, from the new leader's log: kill → it holds
 	// the key; → it has started the program (fork, exec); → the program's
@@ -289,8 +290,16 @@ func (s *setup) stopAll() {
 	}
 }
 
-// next returns the next event of kind from the programs.
+// next returns the oldest event of kind from the programs, keeping the
+// others for later: after pg_terminate_backend the new leader's program may
+// report its start before the old one reports its SIGTERM.
 func (s *setup) next(kind string) (leasetest.Event, error) {
+	for i, ev := range s.pending {
+		if ev.Kind == kind {
+			s.pending = append(s.pending[:i], s.pending[i+1:]...)
+			return ev, nil
+		}
+	}
 	deadline := time.After(time.Minute)
 	for {
 		select {
@@ -298,6 +307,7 @@ func (s *setup) next(kind string) (leasetest.Event, error) {
 			if ev.Kind == kind {
 				return ev, nil
 			}
+			s.pending = append(s.pending, ev)
 		case <-deadline:
 			var b strings.Builder
 			for pid, r := range s.byPID {
