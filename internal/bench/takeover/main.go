@@ -177,7 +177,7 @@ type replica struct {
 	leadingAt, startedAt time.Time
 	// tail is the last lines of its log, for a failure report.
 	tail   []string
-	seen   chan struct{} // a state was logged (capacity 1: a wake-up, not a count)
+	seen   chan struct{} // a line was logged (capacity 1: a wake-up, not a count)
 	exited chan struct{}
 }
 
@@ -224,11 +224,9 @@ func (s *setup) start() (*replica, error) {
 				r.states = append(r.states, line.State)
 			}
 			r.mu.Unlock()
-			if line.State != "" {
-				select { // never block: leasectl must not stall on a full stderr pipe
-				case r.seen <- struct{}{}:
-				default:
-				}
+			select { // never block: leasectl must not stall on a full stderr pipe
+			case r.seen <- struct{}{}:
+			default:
 			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)
