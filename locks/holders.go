@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // KeyForm says which of the two advisory key forms a [Key] is.
@@ -231,26 +232,20 @@ type Querier interface {
 
 // HoldersSQL reads the advisory locks of the current database, one row per
 // holder or waiter, in one round trip: pg_locks LEFT JOIN pg_stat_activity
-// (a prepared transaction's locks have no pid) and, for those, the
-// prepared transaction found through its transactionid lock. Parameters:
-// $1 bool, every advisory lock; $2 bigint[], the bigint keys wanted
-// (objsubid 1); $3 bigint[], the two-int4 keys wanted (objsubid 2) as
-// (k1 << 32) | k2. The outer join on now() yields one row with NULL key
-// columns when nothing matches, so the server's clock always comes back.
-// waitstart is read through to_jsonb so that the query also runs on
-// servers older than PostgreSQL 14, which lack the column.
-const HoldersSQL = `WITH l AS (
-  SELECT pl.locktype, pl.classid, pl.objid, pl.objsubid, pl.mode, pl.granted, pl.pid,
-         pl.virtualtransaction, pl.transactionid,
-         CASE WHEN NOT pl.granted THEN (to_jsonb(pl) ->> 'waitstart')::timestamptz END AS waitstart
-  FROM pg_locks pl
-  WHERE (pl.locktype = 'advisory'
-         AND pl.database = (SELECT oid FROM pg_database WHERE datname = current_database()))
-     OR (pl.locktype = 'transactionid' AND pl.pid IS NULL)
-), px AS (
+// and, for a lock without pid, the prepared transaction that holds it,
+// found through its own transactionid lock, which carries the same
+// virtualtransaction (that second look at pg_locks only runs when
+// prepared transactions exist: the join with an empty pg_prepared_xacts
+// ends early). Parameters: $1 bool, every advisory lock; $2 bigint[], the
+// bigint keys wanted (objsubid 1); $3 bigint[], the two-int4 keys wanted
+// (objsubid 2) as (k1 << 32) | k2. The outer join on now() yields one row
+// with NULL key columns when nothing matches, so the server's clock always
+// comes back. waitstart is read through to_jsonb so that the query also
+// runs on servers older than PostgreSQL 14, which lack the column.
+const HoldersSQL = `WITH px AS (
   SELECT t.virtualtransaction, p.gid, p.prepared, p.owner
-  FROM l t JOIN pg_prepared_xacts p ON p.transaction = t.transactionid
-  WHERE t.locktype = 'transactionid'
+  FROM pg_prepared_xacts p
+  JOIN pg_locks t ON t.locktype = 'transactionid' AND t.transactionid = p.transaction AND t.pid IS NULL AND t.granted
 )
 SELECT q.now, k.objsubid, k.key, k.mode, k.granted, k.pid, k.waitstart,
        k.gid, k.prepared, k.owner,
@@ -258,14 +253,16 @@ SELECT q.now, k.objsubid, k.key, k.mode, k.granted, k.pid, k.waitstart,
        k.backend_start, k.state, k.state_change
 FROM (SELECT now() AS now) q
 LEFT JOIN (
-  SELECT l.objsubid, (l.classid::bigint << 32) | l.objid::bigint AS key, l.mode, l.granted, l.pid, l.waitstart,
+  SELECT l.objsubid, (l.classid::bigint << 32) | l.objid::bigint AS key, l.mode, l.granted, l.pid,
+         CASE WHEN NOT l.granted THEN (to_jsonb(l) ->> 'waitstart')::timestamptz END AS waitstart,
          px.gid, px.prepared, px.owner,
          a.pid AS activity_pid, a.usename, a.application_name, host(a.client_addr) AS client_addr, a.client_port,
          a.backend_start, a.state, a.state_change
-  FROM l
+  FROM pg_locks l
   LEFT JOIN pg_stat_activity a ON a.pid = l.pid
   LEFT JOIN px ON l.pid IS NULL AND px.virtualtransaction = l.virtualtransaction
   WHERE l.locktype = 'advisory' AND l.objsubid IN (1, 2)
+    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
     AND ($1::bool
          OR (l.objsubid = 1 AND (l.classid::bigint << 32) | l.objid::bigint = ANY ($2::bigint[]))
          OR (l.objsubid = 2 AND (l.classid::bigint << 32) | l.objid::bigint = ANY ($3::bigint[])))
@@ -297,16 +294,17 @@ func Read(ctx context.Context, q Querier, f Filter) (*Snapshot, error) {
 	defer rows.Close()
 	snap := &Snapshot{}
 	for rows.Next() {
+		// pgtype values, not pointers: with 10,000 locks the reflection
+		// behind scanning into **T is a good part of the client's time.
 		var (
-			objsubid                      *int16
-			key                           *int64
-			mode                          *string
-			granted                       *bool
-			pid, activityPID, clientPort  *int32
-			waitStart, prepared           *time.Time
-			backendStart, stateChange     *time.Time
-			gid, owner, user, app, client *string
-			state                         *string
+			objsubid                           pgtype.Int2
+			key                                pgtype.Int8
+			pid, activityPID, clientPort       pgtype.Int4
+			granted                            pgtype.Bool
+			waitStart, prepared                pgtype.Timestamptz
+			backendStart, stateChange          pgtype.Timestamptz
+			mode, gid, owner, user, app, state pgtype.Text
+			client                             pgtype.Text
 		)
 		if err := rows.Scan(&snap.Now, &objsubid, &key, &mode, &granted, &pid, &waitStart,
 			&gid, &prepared, &owner,
@@ -314,30 +312,30 @@ func Read(ctx context.Context, q Querier, f Filter) (*Snapshot, error) {
 			&backendStart, &state, &stateChange); err != nil {
 			return nil, fmt.Errorf("read advisory locks from pg_locks: %w", err)
 		}
-		if key == nil {
+		if !key.Valid {
 			continue // the lone row of the outer join: no lock matched
 		}
 		s := Session{
-			PID:          deref(pid),
-			Granted:      deref(granted),
-			Shared:       deref(mode) == "ShareLock",
-			User:         deref(user),
-			Application:  deref(app),
-			ClientAddr:   deref(client),
-			ClientPort:   deref(clientPort),
-			BackendStart: deref(backendStart),
-			State:        deref(state),
-			StateChange:  deref(stateChange),
-			WaitStart:    deref(waitStart),
+			PID:          pid.Int32,
+			Granted:      granted.Bool,
+			Shared:       mode.String == "ShareLock",
+			User:         user.String,
+			Application:  app.String,
+			ClientAddr:   client.String,
+			ClientPort:   clientPort.Int32,
+			BackendStart: backendStart.Time,
+			State:        state.String,
+			StateChange:  stateChange.Time,
+			WaitStart:    waitStart.Time,
 			// Every visible backend has a start time; NULL means withheld.
-			Hidden: activityPID != nil && backendStart == nil,
-			Gone:   pid != nil && activityPID == nil,
+			Hidden: activityPID.Valid && !backendStart.Valid,
+			Gone:   pid.Valid && !activityPID.Valid,
 		}
-		if pid == nil {
-			s.Prepared = &PreparedXact{GID: deref(gid), PreparedAt: deref(prepared), Owner: deref(owner)}
+		if !pid.Valid {
+			s.Prepared = &PreparedXact{GID: gid.String, PreparedAt: prepared.Time, Owner: owner.String}
 			s.User = s.Prepared.Owner
 		}
-		k := Key{Form: KeyForm(*objsubid), ID: *key}
+		k := Key{Form: KeyForm(objsubid.Int16), ID: key.Int64}
 		if n := len(snap.Keys); n == 0 || snap.Keys[n-1].Key != k {
 			snap.Keys = append(snap.Keys, Locks{Key: k})
 		}
@@ -355,14 +353,6 @@ func Read(ctx context.Context, q Querier, f Filter) (*Snapshot, error) {
 		snap.Now = time.Now()
 	}
 	return snap, nil
-}
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
 }
 
 // Role is a named key of the role map (keys.yaml).

@@ -22,5 +22,8 @@ say "the trap: two clients through the transaction pooler both 'win' the same ke
 psql -X -At -d "$LEASECTL_LAB_TX_DSN" -c "select 'client A got the lock: ' || pg_try_advisory_lock(42) || ' on backend ' || pg_backend_pid()"
 psql -X -At -d "$LEASECTL_LAB_TX_DSN" -c "select 'client B got the lock: ' || pg_try_advisory_lock(42) || ' on backend ' || pg_backend_pid()"
 
+say "who holds key 42 now? a pooled server connection: both clients are gone, the lock stays"
+run leasectl who --all
+
 say "tear down"
 leasectl lab down --dir "$LAB_DIR"

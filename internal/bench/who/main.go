@@ -113,8 +113,11 @@ func run(sessions, perSession, runs int, keysPath string) error {
 	env := append(os.Environ(), "LEASECTL_DSN="+dsn, "PGPASSFILE="+l.PassFile)
 	whoAll := cmdSpec{leasectl, []string{"who", "--all", "--keys", keysPath}}
 	whoRoles := cmdSpec{leasectl, []string{"who", "--keys", keysPath}}
-	psqlAll := cmdSpec{psql, []string{"-X", "-At", "-d", dsn, "-f", allSQL}}
-	psqlRoles := cmdSpec{psql, []string{"-X", "-At", "-d", dsn, "-f", rolesSQL}}
+	// libpq tries GSSAPI encryption first by default; pgx does not, so
+	// the baseline does not either.
+	psqlDSN := dsn + "&gssencmode=disable"
+	psqlAll := cmdSpec{psql, []string{"-X", "-At", "-d", psqlDSN, "-f", allSQL}}
+	psqlRoles := cmdSpec{psql, []string{"-X", "-At", "-d", psqlDSN, "-f", rolesSQL}}
 
 	// Check that both sides see the same locks before timing them.
 	total := sessions * perSession
