@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/locks"
 )
 
@@ -43,30 +43,9 @@ func who(t *testing.T, keysPath string, args ...string) cliResult {
 	return runCLI(t, nil, append([]string{"--dsn", testLab.DirectDSN(), "--keys", keysPath, "who"}, args...)...)
 }
 
-func dial(t *testing.T, dsn, app string) *pgx.Conn {
-	t.Helper()
-	cfg, err := dbconn.Parse(dsn, 10*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if app != "" {
-		cfg.RuntimeParams["application_name"] = app
-	}
-	conn, err := dbconn.Connect(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
-}
-
 func pidOf(t *testing.T, conn *pgx.Conn) string {
 	t.Helper()
-	info, err := dbconn.Server(context.Background(), conn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strconv.Itoa(int(info.BackendPID))
+	return strconv.Itoa(int(pgtest.PID(t, conn)))
 }
 
 // hold takes key on conn for the rest of the test.
@@ -76,13 +55,6 @@ func hold(t *testing.T, conn *pgx.Conn, key int64) {
 		t.Fatalf("take key %d: %v, %v", key, ok, err)
 	}
 	t.Cleanup(func() { _, _ = locks.Unlock(context.Background(), conn, key) })
-}
-
-func sqlExec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
-	t.Helper()
-	if _, err := conn.Exec(context.Background(), sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
 }
 
 // row returns the output line that has every one of fields as a
@@ -114,15 +86,11 @@ func findRow(out string, fields ...string) (string, bool) {
 func TestWhoShowsHolderAndWaiterOfEachRole(t *testing.T) {
 	ctx := context.Background()
 	keysPath := whoKeys(t)
-	leader := dial(t, testLab.DirectDSN(), "poller-a")
-	standby := dial(t, testLab.DirectDSN(), "poller-b")
+	leader := pgtest.Conn(t, testLab.DirectDSN(), "poller-a")
+	standby := pgtest.Conn(t, testLab.DirectDSN(), "poller-b")
 	hold(t, leader, pollerKey)
 	leaderPID, standbyPID := pidOf(t, leader), pidOf(t, standby)
-	blocked := make(chan error, 1)
-	go func() {
-		_, err := standby.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(pollerKey))
-		blocked <- err
-	}()
+	blocked := pgtest.Wait(standby, pollerKey)
 	t.Cleanup(func() {
 		_, _ = locks.Unlock(ctx, leader, pollerKey)
 		<-blocked
@@ -165,7 +133,7 @@ func TestWhoShowsHolderAndWaiterOfEachRole(t *testing.T) {
 }
 
 func TestWhoKeysAtTheEdgesOfTheEncoding(t *testing.T) {
-	conn := dial(t, testLab.DirectDSN(), "edges")
+	conn := pgtest.Conn(t, testLab.DirectDSN(), "edges")
 	pid := pidOf(t, conn)
 	edges := []int64{-1, 1 << 31, 1<<32 + 5, math.MaxInt64}
 	var args []string
@@ -192,16 +160,10 @@ func TestWhoKeysAtTheEdgesOfTheEncoding(t *testing.T) {
 }
 
 func TestWhoIgnoresLocksOfOtherDatabases(t *testing.T) {
-	admin := dial(t, testLab.DirectDSN(), "admin")
-	sqlExec(t, admin, "DROP DATABASE IF EXISTS who_cmd_other")
-	sqlExec(t, admin, "CREATE DATABASE who_cmd_other")
-	other := dial(t, testLab.DSN(testLab.Primary.Port, testLab.User, "who_cmd_other"), "other-db")
+	otherDSN := pgtest.Database(t, testLab, "who_cmd_other")
+	other := pgtest.Conn(t, otherDSN, "other-db")
 	const key = 1840100777
 	hold(t, other, key)
-	t.Cleanup(func() {
-		other.Close(context.Background())
-		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS who_cmd_other WITH (FORCE)")
-	})
 	for _, args := range [][]string{{"--all"}, {strconv.Itoa(key)}} {
 		res := who(t, whoKeys(t), args...)
 		if _, held := findRow(res.Stdout, "-", strconv.Itoa(key), "HELD"); held {
@@ -209,13 +171,13 @@ func TestWhoIgnoresLocksOfOtherDatabases(t *testing.T) {
 		}
 	}
 	// The same command pointed at that database does see it.
-	res := runCLI(t, nil, "--dsn", testLab.DSN(testLab.Primary.Port, testLab.User, "who_cmd_other"), "--keys", whoKeys(t), "who", strconv.Itoa(key))
+	res := runCLI(t, nil, "--dsn", otherDSN, "--keys", whoKeys(t), "who", strconv.Itoa(key))
 	row(t, res.Stdout, strconv.Itoa(key), "HELD", pidOf(t, other))
 }
 
 func TestWhoShowsPairKeysOnlyWithAll(t *testing.T) {
-	conn := dial(t, testLab.DirectDSN(), "pair")
-	sqlExec(t, conn, "SELECT pg_advisory_lock(-7, 9)")
+	conn := pgtest.Conn(t, testLab.DirectDSN(), "pair")
+	pgtest.Exec(t, conn, "SELECT pg_advisory_lock(-7, 9)")
 	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock(-7, 9)") })
 	keysPath := whoKeys(t)
 	if res := who(t, keysPath); strings.Contains(res.Stdout, "-7,9") {
@@ -226,16 +188,8 @@ func TestWhoShowsPairKeysOnlyWithAll(t *testing.T) {
 }
 
 func TestWhoShowsPreparedTransactionWithoutPID(t *testing.T) {
-	ctx := context.Background()
-	conn := dial(t, testLab.DirectDSN(), "preparer")
-	admin := dial(t, testLab.DirectDSN(), "admin")
 	const key = 1840100555
-	gid := fmt.Sprintf("who-cmd-%d", time.Now().UnixNano())
-	sqlExec(t, conn, "BEGIN")
-	sqlExec(t, conn, "SELECT pg_advisory_xact_lock($1)", int64(key))
-	sqlExec(t, conn, "PREPARE TRANSACTION '"+gid+"'")
-	t.Cleanup(func() { _, _ = admin.Exec(ctx, "ROLLBACK PREPARED '"+gid+"'") })
-	conn.Close(ctx)
+	gid := pgtest.PreparedLock(t, testLab, key)
 
 	res := who(t, whoKeys(t), "--all")
 	if res.Code != 0 {
@@ -262,13 +216,13 @@ func TestWhoShowsPreparedTransactionWithoutPID(t *testing.T) {
 func TestWhoFlagsAStrandedLockAsStale(t *testing.T) {
 	ctx := context.Background()
 	keysPath := whoKeys(t)
-	client := dial(t, testLab.PoolerDSN("tx1"), "stranding-client")
+	client := pgtest.Conn(t, testLab.PoolerDSN("tx1"), "stranding-client")
 	hold(t, client, schedulerKey)
 	client.Close(ctx)
 	t.Cleanup(func() {
 		// tx1 has one server connection: the next client gets the same
 		// backend and can release what the first one left.
-		again := dial(t, testLab.PoolerDSN("tx1"), "")
+		again := pgtest.Conn(t, testLab.PoolerDSN("tx1"), "")
 		_, _ = locks.Unlock(ctx, again, schedulerKey)
 	})
 	if res := who(t, keysPath, "scheduler", "--check"); res.Code != 0 {
@@ -294,7 +248,7 @@ func TestWhoFlagsAStrandedLockAsStale(t *testing.T) {
 
 func TestWhoCheckFailsWithoutHolder(t *testing.T) {
 	keysPath := whoKeys(t)
-	conn := dial(t, testLab.DirectDSN(), "leader")
+	conn := pgtest.Conn(t, testLab.DirectDSN(), "leader")
 	hold(t, conn, pollerKey)
 	if res := who(t, keysPath, "poller", "--check"); res.Code != 0 {
 		t.Errorf("held by a fresh holder: exit %d, want 0: %s", res.Code, res.Stderr)
@@ -311,15 +265,10 @@ func TestWhoCheckFailsWithoutHolder(t *testing.T) {
 }
 
 func TestWhoSaysHiddenWithoutReadAllStats(t *testing.T) {
-	admin := dial(t, testLab.DirectDSN(), "the-leader")
-	const role, password = "who_cmd_viewer", "who-cmd-viewer-pw"
-	sqlExec(t, admin, "DROP ROLE IF EXISTS "+role)
-	sqlExec(t, admin, "CREATE ROLE "+role+" LOGIN PASSWORD '"+password+"'")
-	if err := testLab.AddLogin(role, password); err != nil {
-		t.Fatal(err)
-	}
+	const role = "who_cmd_viewer"
+	dsn := pgtest.Login(t, testLab, role, "who-cmd-viewer-pw")
+	admin := pgtest.Conn(t, testLab.DirectDSN(), "the-leader")
 	hold(t, admin, pollerKey)
-	dsn := testLab.DSN(testLab.Primary.Port, role, "postgres")
 	res := runCLI(t, nil, "--dsn", dsn, "--keys", whoKeys(t), "who", "poller")
 	if res.Code != 0 {
 		t.Fatalf("exit %d: %s", res.Code, res.Stderr)
@@ -367,9 +316,9 @@ var (
 )
 
 func TestWhoJSONSchema(t *testing.T) {
-	conn := dial(t, testLab.DirectDSN(), "json-holder")
+	conn := pgtest.Conn(t, testLab.DirectDSN(), "json-holder")
 	hold(t, conn, pollerKey)
-	sqlExec(t, conn, "SELECT pg_advisory_lock(3, 4)")
+	pgtest.Exec(t, conn, "SELECT pg_advisory_lock(3, 4)")
 	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock(3, 4)") })
 	res := who(t, whoKeys(t), "-o", "json", "--all")
 	if res.Code != 0 {
@@ -529,7 +478,7 @@ func watch(t *testing.T, tty bool, frames int, args ...string) (string, int) {
 }
 
 func TestWhoWatch(t *testing.T) {
-	conn := dial(t, testLab.DirectDSN(), "watched")
+	conn := pgtest.Conn(t, testLab.DirectDSN(), "watched")
 	hold(t, conn, pollerKey)
 	pid := pidOf(t, conn)
 

@@ -2,48 +2,14 @@ package locks_test
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/locks"
 )
-
-// connectAs opens a connection to dsn with application_name set, so that
-// the test can recognise it in pg_stat_activity.
-func connectAs(t *testing.T, dsn, app string) *pgx.Conn {
-	t.Helper()
-	cfg, err := dbconn.Parse(dsn, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RuntimeParams["application_name"] = app
-	conn, err := dbconn.Connect(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
-}
-
-func exec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
-	t.Helper()
-	if _, err := conn.Exec(context.Background(), sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
-func backendPID(t *testing.T, conn *pgx.Conn) int32 {
-	t.Helper()
-	var pid int32
-	if err := conn.QueryRow(context.Background(), "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		t.Fatal(err)
-	}
-	return pid
-}
 
 func read(t *testing.T, conn *pgx.Conn, f locks.Filter) *locks.Snapshot {
 	t.Helper()
@@ -75,18 +41,14 @@ func waitFor(t *testing.T, conn *pgx.Conn, f locks.Filter, what string, cond fun
 func TestHolderAndWaiterFromRealSessions(t *testing.T) {
 	ctx := context.Background()
 	dsn := testLab.DirectDSN()
-	observer := connectAs(t, dsn, "observer")
-	leader := connectAs(t, dsn, "leader-a")
-	standby := connectAs(t, dsn, "standby-b")
+	observer := pgtest.Conn(t, dsn, "observer")
+	leader := pgtest.Conn(t, dsn, "leader-a")
+	standby := pgtest.Conn(t, dsn, "standby-b")
 	const key = 1840000001
-	exec(t, leader, "SELECT pg_advisory_lock($1)", int64(key))
-	leaderPID, standbyPID := backendPID(t, leader), backendPID(t, standby)
+	pgtest.Exec(t, leader, "SELECT pg_advisory_lock($1)", int64(key))
+	leaderPID, standbyPID := pgtest.PID(t, leader), pgtest.PID(t, standby)
 
-	blocked := make(chan error, 1)
-	go func() {
-		_, err := standby.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(key))
-		blocked <- err
-	}()
+	blocked := pgtest.Wait(standby, key)
 	f := locks.Filter{Keys: []locks.Key{locks.BigintKey(key)}}
 	snap := waitFor(t, observer, f, "the waiter", func(s *locks.Snapshot) bool { return len(s.Find(locks.BigintKey(key)).Waiters) == 1 })
 
@@ -131,13 +93,13 @@ func TestHolderAndWaiterFromRealSessions(t *testing.T) {
 
 func TestKeysAtTheEdgesOfTheEncoding(t *testing.T) {
 	ctx := context.Background()
-	holder := connectAs(t, testLab.DirectDSN(), "edges")
-	observer := connectAs(t, testLab.DirectDSN(), "observer")
-	pid := backendPID(t, holder)
+	holder := pgtest.Conn(t, testLab.DirectDSN(), "edges")
+	observer := pgtest.Conn(t, testLab.DirectDSN(), "observer")
+	pid := pgtest.PID(t, holder)
 	edge := []int64{-1, 1 << 31, 1<<32 + 5, math.MaxInt64, math.MinInt64, -(1 << 32)}
 	var want []locks.Key
 	for _, k := range edge {
-		exec(t, holder, "SELECT pg_advisory_lock($1)", k)
+		pgtest.Exec(t, holder, "SELECT pg_advisory_lock($1)", k)
 		want = append(want, locks.BigintKey(k))
 	}
 	t.Cleanup(func() {
@@ -161,23 +123,17 @@ func TestKeysAtTheEdgesOfTheEncoding(t *testing.T) {
 }
 
 func TestLockInAnotherDatabaseIsNotShown(t *testing.T) {
-	admin := connectAs(t, testLab.DirectDSN(), "admin")
-	exec(t, admin, "DROP DATABASE IF EXISTS who_other")
-	exec(t, admin, "CREATE DATABASE who_other")
+	observer := pgtest.Conn(t, testLab.DirectDSN(), "observer")
+	other := pgtest.Conn(t, pgtest.Database(t, testLab, "who_other"), "other-db")
 	const key = 1840000777
-	other := connectAs(t, testLab.DSN(testLab.Primary.Port, testLab.User, "who_other"), "other-db")
-	exec(t, other, "SELECT pg_advisory_lock($1)", int64(key))
-	t.Cleanup(func() {
-		other.Close(context.Background())
-		exec(t, admin, "DROP DATABASE IF EXISTS who_other WITH (FORCE)")
-	})
+	pgtest.Exec(t, other, "SELECT pg_advisory_lock($1)", int64(key))
 	// The same query run in who_other sees the lock: the filter is the
 	// database, not the key.
 	if snap := read(t, other, locks.Filter{All: true}); !snap.Find(locks.BigintKey(key)).Held() {
 		t.Fatalf("the lock is not visible from its own database: %+v", snap.Keys)
 	}
 	for _, f := range []locks.Filter{{All: true}, {Keys: []locks.Key{locks.BigintKey(key)}}} {
-		if snap := read(t, admin, f); snap.Find(locks.BigintKey(key)).Held() {
+		if snap := read(t, observer, f); snap.Find(locks.BigintKey(key)).Held() {
 			t.Errorf("filter %+v: a lock of database who_other is shown in postgres: %+v", f, snap.Find(locks.BigintKey(key)))
 		}
 	}
@@ -185,9 +141,9 @@ func TestLockInAnotherDatabaseIsNotShown(t *testing.T) {
 
 func TestPairKeysAreTheirOwnForm(t *testing.T) {
 	ctx := context.Background()
-	holder := connectAs(t, testLab.DirectDSN(), "pair")
-	observer := connectAs(t, testLab.DirectDSN(), "observer")
-	exec(t, holder, "SELECT pg_advisory_lock(-7, 9)")
+	holder := pgtest.Conn(t, testLab.DirectDSN(), "pair")
+	observer := pgtest.Conn(t, testLab.DirectDSN(), "observer")
+	pgtest.Exec(t, holder, "SELECT pg_advisory_lock(-7, 9)")
 	t.Cleanup(func() { _, _ = holder.Exec(ctx, "SELECT pg_advisory_unlock(-7, 9)") })
 	pair := locks.PairKeyOf(locks.PairKey{K1: -7, K2: 9})
 	if pair.String() != "-7,9" {
@@ -207,16 +163,9 @@ func TestPairKeysAreTheirOwnForm(t *testing.T) {
 }
 
 func TestPreparedTransactionHoldsWithoutPID(t *testing.T) {
-	ctx := context.Background()
-	conn := connectAs(t, testLab.DirectDSN(), "preparer")
-	observer := connectAs(t, testLab.DirectDSN(), "observer")
+	observer := pgtest.Conn(t, testLab.DirectDSN(), "observer")
 	const key = 1840000555
-	gid := fmt.Sprintf("who-test-%d", time.Now().UnixNano())
-	exec(t, conn, "BEGIN")
-	exec(t, conn, "SELECT pg_advisory_xact_lock($1)", int64(key))
-	exec(t, conn, "PREPARE TRANSACTION '"+gid+"'")
-	t.Cleanup(func() { _, _ = observer.Exec(ctx, "ROLLBACK PREPARED '"+gid+"'") })
-	conn.Close(ctx) // the lock outlives the session that took it
+	gid := pgtest.PreparedLock(t, testLab, key)
 
 	snap := read(t, observer, locks.Filter{Keys: []locks.Key{locks.BigintKey(key)}})
 	h, ok := snap.Find(locks.BigintKey(key)).Holder()
@@ -230,7 +179,7 @@ func TestPreparedTransactionHoldsWithoutPID(t *testing.T) {
 	if d, ok := h.Idle(snap.Now); !ok || d < 0 {
 		t.Errorf("a prepared transaction's idle time = %v, %v; want the time since PREPARE", d, ok)
 	}
-	exec(t, observer, "ROLLBACK PREPARED '"+gid+"'")
+	pgtest.Exec(t, observer, "ROLLBACK PREPARED '"+gid+"'")
 	if snap := read(t, observer, locks.Filter{Keys: []locks.Key{locks.BigintKey(key)}}); len(snap.Keys) != 0 {
 		t.Errorf("after ROLLBACK PREPARED: %+v", snap.Keys)
 	}
@@ -238,10 +187,10 @@ func TestPreparedTransactionHoldsWithoutPID(t *testing.T) {
 
 func TestStaleHolder(t *testing.T) {
 	ctx := context.Background()
-	holder := connectAs(t, testLab.DirectDSN(), "hung-leader")
-	observer := connectAs(t, testLab.DirectDSN(), "observer")
+	holder := pgtest.Conn(t, testLab.DirectDSN(), "hung-leader")
+	observer := pgtest.Conn(t, testLab.DirectDSN(), "observer")
 	const key = 1840000444
-	exec(t, holder, "SELECT pg_advisory_lock($1)", int64(key))
+	pgtest.Exec(t, holder, "SELECT pg_advisory_lock($1)", int64(key))
 	t.Cleanup(func() { _, _ = locks.Unlock(ctx, holder, key) })
 	time.Sleep(2 * time.Second) // let the holder idle past a 1 s threshold
 	snap := read(t, observer, locks.Filter{Keys: []locks.Key{locks.BigintKey(key)}})
@@ -256,18 +205,14 @@ func TestStaleHolder(t *testing.T) {
 
 func TestOtherRolesSessionsAreHiddenWithoutReadAllStats(t *testing.T) {
 	ctx := context.Background()
-	admin := connectAs(t, testLab.DirectDSN(), "admin")
-	const role, password = "who_nostats", "who-nostats-pw"
-	exec(t, admin, "DROP ROLE IF EXISTS "+role)
-	exec(t, admin, "CREATE ROLE "+role+" LOGIN PASSWORD '"+password+"'")
-	if err := testLab.AddLogin(role, password); err != nil {
-		t.Fatal(err)
-	}
+	const role = "who_nostats"
+	dsn := pgtest.Login(t, testLab, role, "who-nostats-pw")
+	admin := pgtest.Conn(t, testLab.DirectDSN(), "admin")
 	const key, own = 1840000333, 1840000334
-	exec(t, admin, "SELECT pg_advisory_lock($1)", int64(key))
+	pgtest.Exec(t, admin, "SELECT pg_advisory_lock($1)", int64(key))
 	t.Cleanup(func() { _, _ = locks.Unlock(ctx, admin, key) })
-	viewer := connectAs(t, testLab.DSN(testLab.Primary.Port, role, "postgres"), "viewer")
-	exec(t, viewer, "SELECT pg_advisory_lock($1)", int64(own))
+	viewer := pgtest.Conn(t, dsn, "viewer")
+	pgtest.Exec(t, viewer, "SELECT pg_advisory_lock($1)", int64(own))
 
 	snap := read(t, viewer, locks.Filter{Keys: []locks.Key{locks.BigintKey(key), locks.BigintKey(own)}})
 	h, ok := snap.Find(locks.BigintKey(key)).Holder()
@@ -285,7 +230,7 @@ func TestOtherRolesSessionsAreHiddenWithoutReadAllStats(t *testing.T) {
 		t.Errorf("own holder: %+v; want visible", o)
 	}
 
-	exec(t, admin, "GRANT pg_read_all_stats TO "+role)
+	pgtest.Exec(t, admin, "GRANT pg_read_all_stats TO "+role)
 	t.Cleanup(func() { _, _ = admin.Exec(ctx, "REVOKE pg_read_all_stats FROM "+role) })
 	snap = read(t, viewer, locks.Filter{Keys: []locks.Key{locks.BigintKey(key)}})
 	if h, _ := snap.Find(locks.BigintKey(key)).Holder(); h.Hidden || h.BackendStart.IsZero() || h.ClientAddr == "" {
@@ -295,10 +240,10 @@ func TestOtherRolesSessionsAreHiddenWithoutReadAllStats(t *testing.T) {
 
 func TestSharedHolders(t *testing.T) {
 	ctx := context.Background()
-	a, b := connectAs(t, testLab.DirectDSN(), "shared-a"), connectAs(t, testLab.DirectDSN(), "shared-b")
+	a, b := pgtest.Conn(t, testLab.DirectDSN(), "shared-a"), pgtest.Conn(t, testLab.DirectDSN(), "shared-b")
 	const key = 1840000222
-	exec(t, a, "SELECT pg_advisory_lock_shared($1)", int64(key))
-	exec(t, b, "SELECT pg_advisory_lock_shared($1)", int64(key))
+	pgtest.Exec(t, a, "SELECT pg_advisory_lock_shared($1)", int64(key))
+	pgtest.Exec(t, b, "SELECT pg_advisory_lock_shared($1)", int64(key))
 	t.Cleanup(func() {
 		_, _ = a.Exec(ctx, "SELECT pg_advisory_unlock_shared($1)", int64(key))
 		_, _ = b.Exec(ctx, "SELECT pg_advisory_unlock_shared($1)", int64(key))
