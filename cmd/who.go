@@ -300,9 +300,10 @@ func renderWho(w io.Writer, opts *whoOptions, v *whoView) error {
 }
 
 // watchWho redraws until ctx ends (Ctrl-C): in place on a terminal, as a
-// stream of frames with a separator otherwise. A failed reading is shown in
-// its frame and the connection is opened again for the next one, so a
-// failover of the server itself can be watched too.
+// stream of frames with a separator otherwise, one JSON document a frame
+// with -o json. A failed reading is reported (in the frame; on stderr for
+// JSON) and the connection is opened again for the next one, so a restart
+// or failover of the server itself can be watched too.
 func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
 	app := opts.app
 	conn, err := app.Connect(ctx, "")
@@ -317,21 +318,25 @@ func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
 	tick := time.NewTicker(opts.Watch)
 	defer tick.Stop()
 	st := app.styles()
+	inPlace := app.IO.OutTTY && !app.JSON()
 	var frame bytes.Buffer
 	for n := 0; ; n++ {
-		frame.Reset()
-		if app.IO.OutTTY && !app.JSON() {
-			frame.WriteString("\x1b[H\x1b[2J") // home, clear: redraw in place
-		}
+		var view *whoView
 		if conn == nil {
 			conn, err = app.Connect(ctx, "")
 		}
-		var view *whoView
 		if err == nil {
 			view, err = readWho(ctx, opts, conn, sel)
 		}
 		if ctx.Err() != nil {
 			return nil
+		}
+		frame.Reset()
+		switch {
+		case inPlace:
+			frame.WriteString("\x1b[H\x1b[2J") // home, clear: redraw in place
+		case !app.JSON() && n > 0:
+			fmt.Fprintf(&frame, "\n--- %s\n", time.Now().Format(time.DateTime))
 		}
 		switch {
 		case err != nil:
@@ -339,25 +344,29 @@ func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
 				conn.Close(context.Background())
 				conn = nil
 			}
-			fmt.Fprintf(&frame, "%s %s: %v (retrying every %s)\n", st.Fail.Render("✗"), time.Now().Format(time.TimeOnly), err, opts.Watch)
+			msg := fmt.Sprintf("%s %s: %v (retrying every %s)\n", st.Fail.Render("✗"), time.Now().Format(time.TimeOnly), err, opts.Watch)
+			if app.JSON() {
+				fmt.Fprint(app.IO.ErrOut, msg)
+			} else {
+				frame.WriteString(msg)
+			}
 			err = nil
 		case app.JSON():
 			if err := writeJSON(&frame, whoJSONOf(view)); err != nil {
 				return err
 			}
 		default:
-			if !app.IO.OutTTY && n > 0 {
-				fmt.Fprintf(&frame, "\n--- %s\n", view.now.Local().Format(time.DateTime))
-			}
 			if err := renderWhoText(&frame, st, app.Color(), view); err != nil {
 				return err
 			}
 		}
-		if app.IO.OutTTY && !app.JSON() {
+		if inPlace {
 			fmt.Fprintf(&frame, "\n%s\n", st.Dim.Render(fmt.Sprintf("every %s · Ctrl-C to stop", opts.Watch)))
 		}
-		if _, err := app.IO.Out.Write(frame.Bytes()); err != nil {
-			return err
+		if frame.Len() > 0 {
+			if _, err := app.IO.Out.Write(frame.Bytes()); err != nil {
+				return err
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -404,12 +413,12 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView) error {
 		}
 		key := l.Key.String()
 		if !l.Held() {
-			rows = append(rows, []string{role, key, paint(st.Fail, "FREE") + waitingSuffix(l), "-", "-", "-", "-", "-", "-"})
+			rows = append(rows, []string{role, key, paint(st.Fail, string(locks.Free)) + waitingSuffix(l), "-", "-", "-", "-", "-", "-"})
 		}
 		for _, h := range l.Holders {
-			state := paint(st.OK, "HELD")
+			state := paint(st.OK, string(locks.Held))
 			if h.Stale(v.now, v.staleAfter) {
-				state, anyStale = paint(st.Fail, "HELD STALE"), true
+				state, anyStale = paint(st.Fail, string(locks.Held)+" STALE"), true
 			}
 			if h.Shared {
 				state += " (shared)"
@@ -582,7 +591,7 @@ func whoJSONOf(v *whoView) whoJSON {
 	out := whoJSON{Server: v.server, Now: v.now, StaleAfterSeconds: v.staleAfter.Seconds(), Leases: make([]leaseJSON, 0, len(v.leases))}
 	for i, l := range v.leases {
 		lj := leaseJSON{
-			Key: l.Key.String(), KeyForm: "bigint", Requested: i < v.wanted, State: "FREE",
+			Key: l.Key.String(), KeyForm: "bigint", Requested: i < v.wanted, State: string(l.State()),
 			Stale: l.Stale(v.now, v.staleAfter), WaiterCount: len(l.Waiters),
 			Holders: make([]sessionJSON, 0, len(l.Holders)), Waiters: make([]sessionJSON, 0, len(l.Waiters)),
 		}
@@ -591,9 +600,6 @@ func whoJSONOf(v *whoView) whoJSON {
 		}
 		if l.Key.Form == locks.Pair {
 			lj.KeyForm = "pair"
-		}
-		if l.Held() {
-			lj.State = "HELD"
 		}
 		lj.Health = map[locks.Health]string{locks.Healthy: "ok", locks.NoHolder: "no_holder", locks.StaleHolder: "stale"}[l.Health(v.now, v.staleAfter)]
 		for _, s := range l.Holders {

@@ -441,40 +441,53 @@ func TestWhoCompletesRoles(t *testing.T) {
 }
 
 // frameWriter collects output and cancels once it has seen n writes:
-// `who --watch` writes each frame in one Write.
+// `who --watch` writes each frame in one Write. onWrite, if set, sees each
+// frame as it is written.
 type frameWriter struct {
-	mu     sync.Mutex
-	buf    bytes.Buffer
-	writes int
-	n      int
-	cancel context.CancelFunc
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	writes  int
+	n       int
+	cancel  context.CancelFunc
+	onWrite func([]byte)
 }
 
 func (w *frameWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.buf.Write(p)
+	if w.onWrite != nil {
+		w.onWrite(p)
+	}
 	if w.writes++; w.writes == w.n {
 		w.cancel()
 	}
 	return len(p), nil
 }
 
-func watch(t *testing.T, tty bool, frames int, args ...string) (string, int) {
+// watchWith runs `who --watch ...` until out has seen its n frames, as if
+// Ctrl-C came then, and returns stdout, stderr and the exit code.
+func watchWith(t *testing.T, tty bool, out *frameWriter, args ...string) (string, string, int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &frameWriter{n: frames, cancel: cancel}
+	out.cancel = cancel
 	var errOut bytes.Buffer
 	app := &App{
 		IO:     &IOStreams{In: strings.NewReader(""), Out: out, ErrOut: &errOut, InTTY: tty, OutTTY: tty, ErrTTY: tty},
 		Getenv: func(string) string { return "" },
 	}
 	code := Run(ctx, app, append([]string{"--dsn", testLab.DirectDSN(), "--keys", whoKeys(t), "who"}, args...))
-	if errOut.Len() > 0 {
-		t.Errorf("stderr: %s", errOut.String())
+	return out.buf.String(), errOut.String(), code
+}
+
+func watch(t *testing.T, tty bool, frames int, args ...string) (string, int) {
+	t.Helper()
+	out, errOut, code := watchWith(t, tty, &frameWriter{n: frames}, args...)
+	if errOut != "" {
+		t.Errorf("stderr: %s", errOut)
 	}
-	return out.buf.String(), code
+	return out, code
 }
 
 func TestWhoWatch(t *testing.T) {
@@ -511,5 +524,34 @@ func TestWhoWatch(t *testing.T) {
 		if err := dec.Decode(&doc); err != nil || len(doc.Leases) != 1 {
 			t.Fatalf("JSON frame %d: %v %+v", i, err, doc)
 		}
+	}
+}
+
+// TestWhoWatchReconnects ends the watching session's backend after the
+// first frame: the next reading fails, is reported, and the one after comes
+// from a new connection.
+func TestWhoWatchReconnects(t *testing.T) {
+	admin := pgtest.Conn(t, testLab.DirectDSN(), "admin")
+	var pids []float64
+	out := &frameWriter{n: 2, onWrite: func(p []byte) {
+		var doc map[string]any
+		if err := json.Unmarshal(p, &doc); err != nil {
+			t.Errorf("frame is not one JSON document: %v\n%s", err, p)
+			return
+		}
+		pid := doc["server"].(map[string]any)["backend_pid"].(float64)
+		if pids = append(pids, pid); len(pids) == 1 {
+			pgtest.Exec(t, admin, "SELECT pg_terminate_backend($1)", int32(pid))
+		}
+	}}
+	_, errOut, code := watchWith(t, false, out, "--watch=100ms", "-o", "json", "poller")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if len(pids) != 2 || pids[0] == pids[1] {
+		t.Errorf("backend pids of the frames: %v, want two different ones", pids)
+	}
+	if !strings.Contains(errOut, "retrying every 100ms") {
+		t.Errorf("the failed reading was not reported on stderr: %q", errOut)
 	}
 }

@@ -178,6 +178,23 @@ type Locks struct {
 // Held reports whether anyone holds the key.
 func (l Locks) Held() bool { return len(l.Holders) > 0 }
 
+// State is the summary state of a key: held or free.
+type State string
+
+// The states of a key, as `leasectl who` prints them.
+const (
+	Held State = "HELD"
+	Free State = "FREE"
+)
+
+// State says whether the key is held; len(Waiters) says how many wait.
+func (l Locks) State() State {
+	if l.Held() {
+		return Held
+	}
+	return Free
+}
+
 // Holder returns the holder of the key (the first one, for shared locks),
 // and false when the key is free. Forced failover uses its PID and
 // BackendStart to terminate exactly that backend.
