@@ -192,6 +192,9 @@ func (opts *whoOptions) selection() (whoSelection, error) {
 		for _, r := range sel.roles {
 			sel.want = append(sel.want, locks.BigintKey(r.Key))
 		}
+		if opts.Check && len(sel.want) == 0 {
+			return sel, &InputError{Err: fmt.Errorf("--check has nothing to check: %s has no roles; name the KEYs to check", f.Path)}
+		}
 		return sel, nil
 	}
 	for _, a := range opts.Args {
@@ -231,7 +234,7 @@ type whoView struct {
 	addr       string // where we connected, for the header when the server does not say (unix socket)
 	now        time.Time
 	leases     []locks.Lease
-	wanted     int // leases[:wanted] were asked for; the rest come from --all
+	all        bool
 	staleAfter time.Duration
 }
 
@@ -246,23 +249,19 @@ func readWho(ctx context.Context, opts *whoOptions, conn *pgx.Conn, sel whoSelec
 	if err != nil {
 		return nil, err
 	}
-	leases := snap.Leases(sel.roles, sel.want, opts.All)
-	wanted := len(leases)
-	for i, l := range leases {
-		if i >= len(sel.want) || l.Key != sel.want[i] {
-			wanted = i
-			break
-		}
-	}
 	cfg := conn.Config()
-	return &whoView{server: server, addr: dbconn.Addr(&cfg.Config), now: snap.Now, leases: leases, wanted: wanted, staleAfter: opts.Stale}, nil
+	return &whoView{server: server, addr: dbconn.Addr(&cfg.Config), now: snap.Now,
+		leases: snap.Leases(sel.roles, sel.want, opts.All), all: opts.All, staleAfter: opts.Stale}, nil
 }
 
 // checkError is the --check verdict: every requested lease needs a live
 // holder.
 func (v *whoView) checkError() error {
 	var bad []string
-	for _, l := range v.leases[:v.wanted] {
+	for _, l := range v.leases {
+		if !l.Requested {
+			continue
+		}
 		switch l.Health(v.now, v.staleAfter) {
 		case locks.NoHolder:
 			bad = append(bad, leaseName(l)+" has no holder")
@@ -401,7 +400,11 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView) error {
 		return err
 	}
 	if len(v.leases) == 0 {
-		_, err := fmt.Fprintf(w, "no advisory locks in database %s\n", v.server.Database)
+		msg := "no advisory locks in database " + v.server.Database
+		if !v.all {
+			msg = "no roles to show: the keys file has none (name KEYs, or use --all)"
+		}
+		_, err := fmt.Fprintln(w, msg)
 		return err
 	}
 	var rows [][]string
@@ -589,9 +592,9 @@ type preparedJSON struct {
 
 func whoJSONOf(v *whoView) whoJSON {
 	out := whoJSON{Server: v.server, Now: v.now, StaleAfterSeconds: v.staleAfter.Seconds(), Leases: make([]leaseJSON, 0, len(v.leases))}
-	for i, l := range v.leases {
+	for _, l := range v.leases {
 		lj := leaseJSON{
-			Key: l.Key.String(), KeyForm: "bigint", Requested: i < v.wanted, State: string(l.State()),
+			Key: l.Key.String(), KeyForm: "bigint", Requested: l.Requested, State: string(l.State()),
 			Stale: l.Stale(v.now, v.staleAfter), WaiterCount: len(l.Waiters),
 			Holders: make([]sessionJSON, 0, len(l.Holders)), Waiters: make([]sessionJSON, 0, len(l.Waiters)),
 		}

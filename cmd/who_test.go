@@ -262,6 +262,11 @@ func TestWhoCheckFailsWithoutHolder(t *testing.T) {
 		t.Errorf("stderr: %q", res.Stderr)
 	}
 	row(t, res.Stdout, "poller", "HELD")
+	// A role given twice is shown once, and what follows it is still checked.
+	dup := who(t, keysPath, "--check", "poller", "poller", "scheduler")
+	if dup.Code != ExitCheckFailed || !strings.Contains(dup.Stderr, "scheduler has no holder") || strings.Count(dup.Stdout, "poller") != 1 {
+		t.Errorf("who --check poller poller scheduler: exit %d\n%s%s", dup.Code, dup.Stdout, dup.Stderr)
+	}
 }
 
 func TestWhoSaysHiddenWithoutReadAllStats(t *testing.T) {
@@ -406,6 +411,16 @@ func TestWhoInputErrors(t *testing.T) {
 		if res := who(t, keysPath, args...); res.Code != ExitUsage || !strings.Contains(res.Stderr, "Error: ") {
 			t.Errorf("%v: exit %d, stderr %q; want 2", args, res.Code, res.Stderr)
 		}
+	}
+	empty := filepath.Join(t.TempDir(), "empty.yaml")
+	if err := os.WriteFile(empty, []byte("roles:\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if res := who(t, empty); res.Code != 0 || !strings.Contains(res.Stdout, "no roles to show") {
+		t.Errorf("who with no roles: exit %d: %s%s", res.Code, res.Stdout, res.Stderr)
+	}
+	if res := who(t, empty, "--check"); res.Code != ExitUsage || !strings.Contains(res.Stderr, "nothing to check") {
+		t.Errorf("who --check with no roles: exit %d: %s", res.Code, res.Stderr)
 	}
 	// Without a keys file, numeric keys and --all still work; role names need it.
 	missing := filepath.Join(t.TempDir(), "nope.yaml")

@@ -384,6 +384,9 @@ type Lease struct {
 	// Role is the role name of the key in the role map; empty for a key
 	// that no role uses (and for every two-int4 key).
 	Role string
+	// Requested is true for the keys asked for, false for the other locked
+	// keys that Leases added.
+	Requested bool
 	Locks
 }
 
@@ -441,7 +444,7 @@ func (s *Snapshot) Leases(roles []Role, want []Key, others bool) []Lease {
 			continue
 		}
 		seen[k] = true
-		out = append(out, Lease{Role: names[k], Locks: s.Find(k)})
+		out = append(out, Lease{Role: names[k], Requested: true, Locks: s.Find(k)})
 	}
 	if others {
 		for _, l := range s.Keys {

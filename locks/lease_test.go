@@ -83,14 +83,15 @@ func TestLeasesLayout(t *testing.T) {
 		held(PairKeyOf(PairKey{0, 10})),
 	}}
 	type row struct {
-		role string
-		key  string
-		held bool
+		role      string
+		key       string
+		held      bool
+		requested bool
 	}
 	got := func(ls []Lease) []row {
 		var out []row
 		for _, l := range ls {
-			out = append(out, row{l.Role, l.Key.String(), l.Held()})
+			out = append(out, row{l.Role, l.Key.String(), l.Held(), l.Requested})
 		}
 		return out
 	}
@@ -101,14 +102,14 @@ func TestLeasesLayout(t *testing.T) {
 		others bool
 		rows   []row
 	}{
-		{"every role, free ones too", all, false, []row{{"poller", "10", true}, {"scheduler", "20", false}, {"reconciler", "30", true}}},
+		{"every role, free ones too", all, false, []row{{"poller", "10", true, true}, {"scheduler", "20", false, true}, {"reconciler", "30", true, true}}},
 		{"others after the roles, bigint before pair; the pair with a role's bits is not that role",
-			all, true, []row{{"poller", "10", true}, {"scheduler", "20", false}, {"reconciler", "30", true},
-				{"", "-5", true}, {"", "99", true}, {"", "0,10", true}}},
-		{"narrowed, with a bare key named after its role", []Key{BigintKey(30), BigintKey(20), BigintKey(30)}, false,
-			[]row{{"reconciler", "30", true}, {"scheduler", "20", false}}},
+			all, true, []row{{"poller", "10", true, true}, {"scheduler", "20", false, true}, {"reconciler", "30", true, true},
+				{"", "-5", true, false}, {"", "99", true, false}, {"", "0,10", true, false}}},
+		{"narrowed, with a bare key named after its role, given twice", []Key{BigintKey(30), BigintKey(30), BigintKey(20)}, false,
+			[]row{{"reconciler", "30", true, true}, {"scheduler", "20", false, true}}},
 		{"narrowed with others: other roles' keys stay out", []Key{BigintKey(20)}, true,
-			[]row{{"scheduler", "20", false}, {"", "-5", true}, {"", "99", true}, {"", "0,10", true}}},
+			[]row{{"scheduler", "20", false, true}, {"", "-5", true, false}, {"", "99", true, false}, {"", "0,10", true, false}}},
 	} {
 		rows := got(snap.Leases(roles, tc.want, tc.others))
 		if len(rows) != len(tc.rows) {
