@@ -108,6 +108,7 @@ while they hold the lease.`,
 	_ = root.MarkPersistentFlagFilename("keys", "yaml", "yml")
 
 	root.AddCommand(newLabCmd(app))
+	root.AddCommand(newKeysCmd(app))
 	return root
 }
 
