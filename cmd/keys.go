@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/leasectl/leasectl/keys"
@@ -47,18 +48,20 @@ func addFormatFlag(c *cobra.Command, format *string) {
 	_ = c.RegisterFlagCompletionFunc("format", cobra.FixedCompletions(keysFormats, cobra.ShellCompDirectiveNoFileComp))
 }
 
-// resolveFormat returns the output format: --format when given, else json
-// for -o json, else text.
-func resolveFormat(c *cobra.Command, app *App, format string) (string, error) {
-	if !c.Flags().Changed("format") && app.JSON() {
-		return formatJSON, nil
+// keysArgs settles what keys lint and keys diff share: the output format
+// (--format when given, else json for -o json, else text) and the optional
+// FILE argument.
+func keysArgs(c *cobra.Command, app *App, args []string, format, file *string) error {
+	switch {
+	case !c.Flags().Changed("format") && app.JSON():
+		*format = formatJSON
+	case !slices.Contains(keysFormats, *format):
+		return usageErrorf("invalid --format %q: use text, json or github-actions", *format)
 	}
-	for _, f := range keysFormats {
-		if format == f {
-			return format, nil
-		}
+	if len(args) == 1 {
+		*file = args[0]
 	}
-	return "", usageErrorf("invalid --format %q: use text, json or github-actions", format)
+	return nil
 }
 
 // completeKeysFile completes the FILE argument with YAML files.
@@ -101,13 +104,8 @@ Rules:
 		Args:              maxArgs(1),
 		ValidArgsFunction: completeKeysFile,
 		RunE: func(c *cobra.Command, args []string) error {
-			format, err := resolveFormat(c, app, opts.Format)
-			if err != nil {
+			if err := keysArgs(c, app, args, &opts.Format, &opts.File); err != nil {
 				return err
-			}
-			opts.Format = format
-			if len(args) == 1 {
-				opts.File = args[0]
 			}
 			return runKeysLint(c.Context(), opts)
 		},
@@ -232,16 +230,11 @@ Rules:
 		Args:              maxArgs(1),
 		ValidArgsFunction: completeKeysFile,
 		RunE: func(c *cobra.Command, args []string) error {
-			format, err := resolveFormat(c, app, opts.Format)
-			if err != nil {
+			if err := keysArgs(c, app, args, &opts.Format, &opts.File); err != nil {
 				return err
 			}
-			opts.Format = format
 			if opts.Base != "" && opts.BaseFile != "" {
 				return usageErrorf("--base and --base-file exclude each other: compare with a git ref or with a file")
-			}
-			if len(args) == 1 {
-				opts.File = args[0]
 			}
 			return runKeysDiff(c.Context(), opts)
 		},
@@ -269,10 +262,10 @@ type diffResult struct {
 }
 
 type diffBaseJSON struct {
+	Source string `json:"source"` // "git" or "file"
 	Ref    string `json:"ref,omitempty"`
 	Commit string `json:"commit,omitempty"`
 	Path   string `json:"path"`
-	Git    bool   `json:"git"`
 }
 
 type findingJSON struct {
@@ -298,13 +291,13 @@ func runKeysDiff(ctx context.Context, opts *keysDiffOptions) error {
 	var base *keys.File
 	if opts.BaseFile != "" {
 		base, err = keys.LoadBase(opts.BaseFile)
-		res.Base = &diffBaseJSON{Path: opts.BaseFile}
+		res.Base = &diffBaseJSON{Source: "file", Path: opts.BaseFile}
 		res.baseLabel = opts.BaseFile
 	} else {
 		var src keys.GitSource
 		base, src, err = keys.LoadFromGit(ctx, path, opts.Base)
 		if err == nil {
-			res.Base = &diffBaseJSON{Ref: src.Ref, Commit: src.Commit, Path: src.Path, Git: true}
+			res.Base = &diffBaseJSON{Source: "git", Ref: src.Ref, Commit: src.Commit, Path: src.Path}
 			res.baseLabel = src.String()
 		}
 	}

@@ -63,41 +63,30 @@ func TestDiffRules(t *testing.T) {
 	}
 	edge, _ := filepath.Glob("testdata/diff/edge/*/base.yaml")
 	dirs = append(dirs, edge...)
-	if len(dirs) != len(diffCases) {
-		t.Errorf("%d fixture pairs, %d cases", len(dirs), len(diffCases))
-	}
-	for _, b := range dirs {
-		dir := filepath.Dir(b)
-		name := filepath.ToSlash(strings.TrimPrefix(dir, filepath.FromSlash("testdata/diff/")))
-		want, ok := diffCases[name]
-		if !ok {
-			t.Errorf("fixture pair %s has no entry in diffCases", name)
-			continue
+	forEachFixture(t, dirs, "testdata/diff", diffCases, func(t *testing.T, path string, want []string) {
+		dir := filepath.Dir(path)
+		base, head := loadPair(t, dir)
+		findings := Diff(base, head)
+		var got []string
+		for _, f := range findings {
+			got = append(got, fmt.Sprintf("%s:%d:%s", f.Rule, f.Line, f.Role))
+			if f.Severity != severities[f.Rule] {
+				t.Errorf("%s has severity %q, DiffRules says %q", f.Rule, f.Severity, severities[f.Rule])
+			}
+			if f.Path != head.Path || f.Message == "" {
+				t.Errorf("finding without a place or a message: %+v", f)
+			}
 		}
-		t.Run(name, func(t *testing.T) {
-			base, head := loadPair(t, dir)
-			findings := Diff(base, head)
-			var got []string
-			for _, f := range findings {
-				got = append(got, fmt.Sprintf("%s:%d:%s", f.Rule, f.Line, f.Role))
-				if f.Severity != severities[f.Rule] {
-					t.Errorf("%s has severity %q, DiffRules says %q", f.Rule, f.Severity, severities[f.Rule])
-				}
-				if f.Path != head.Path || f.Message == "" {
-					t.Errorf("finding without a place or a message: %+v", f)
-				}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("findings:\n got %v\nwant %v\n%s", got, want, messages(findings))
+		}
+		// A file compared with itself never breaks anything.
+		for _, f := range Diff(head, head) {
+			if f.Rule != RuleDuplicateKey {
+				t.Errorf("head against itself: %+v", f)
 			}
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("findings:\n got %v\nwant %v\n%s", got, want, messages(findings))
-			}
-			// A file compared with itself never breaks anything.
-			for _, f := range Diff(head, head) {
-				if f.Rule != RuleDuplicateKey {
-					t.Errorf("head against itself: %+v", f)
-				}
-			}
-		})
-	}
+		}
+	})
 }
 
 func messages(findings []Finding) string {

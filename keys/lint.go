@@ -32,7 +32,7 @@ type RuleDoc struct {
 // LintRules are the rules `keys lint` checks, in the order they apply. Every
 // one of them makes the file invalid.
 var LintRules = []RuleDoc{
-	{RuleFile, SeverityError, "the file cannot be read, or is larger than 256 KiB"},
+	{RuleFile, SeverityError, fmt.Sprintf("the file cannot be read, or is larger than %d KiB", MaxFileSize>>10)},
 	{RuleSyntax, SeverityError, "the YAML does not parse, is empty, or holds more than one document"},
 	{RuleAlias, SeverityError, "anchors (&a), aliases (*a) and merge keys (<<) are refused, so an alias bomb is never expanded"},
 	{RuleStructure, SeverityError, "the top level is not a mapping with `roles:`, or a section is not a mapping of name to key"},

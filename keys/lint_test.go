@@ -95,29 +95,38 @@ func TestLintFixtures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range files {
-		name := filepath.ToSlash(strings.TrimPrefix(path, filepath.FromSlash("testdata/lint/")))
-		want, ok := lintCases[name]
+	forEachFixture(t, files, "testdata/lint", lintCases, func(t *testing.T, path string, want []string) {
+		f, err := Load(path)
+		got := ruleLines(problemsOf(t, err))
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("problems:\n got %v\nwant %v\nerror: %v", got, want, err)
+		}
+		if len(want) == 0 && f == nil {
+			t.Fatal("a valid file returned no File")
+		}
+		if err != nil && !strings.Contains(err.Error(), path+":") && want[0] != "YAML_SYNTAX:0" {
+			t.Errorf("the error does not name file:line: %v", err)
+		}
+	})
+}
+
+// forEachFixture runs test on each fixture path, named by its path below
+// root, with its expectation from cases; a fixture without a case, or a
+// case without a fixture, is an error.
+func forEachFixture(t *testing.T, paths []string, root string, cases map[string][]string, test func(t *testing.T, path string, want []string)) {
+	t.Helper()
+	if len(paths) != len(cases) {
+		t.Errorf("%d fixtures under %s, %d cases: a case has no fixture", len(paths), root, len(cases))
+	}
+	for _, path := range paths {
+		name, _ := filepath.Rel(root, path)
+		name = strings.TrimSuffix(filepath.ToSlash(name), "/base.yaml")
+		want, ok := cases[name]
 		if !ok {
-			t.Errorf("fixture %s has no entry in lintCases", name)
+			t.Errorf("fixture %s has no case", name)
 			continue
 		}
-		t.Run(name, func(t *testing.T) {
-			f, err := Load(path)
-			got := ruleLines(problemsOf(t, err))
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("problems:\n got %v\nwant %v\nerror: %v", got, want, err)
-			}
-			if len(want) == 0 && f == nil {
-				t.Fatal("a valid file returned no File")
-			}
-			if err != nil && !strings.Contains(err.Error(), path+":") && want[0] != "YAML_SYNTAX:0" {
-				t.Errorf("the error does not name file:line: %v", err)
-			}
-		})
-	}
-	if len(files) != len(lintCases) {
-		t.Errorf("%d fixtures, %d cases: a case has no fixture", len(files), len(lintCases))
+		t.Run(name, func(t *testing.T) { test(t, path, want) })
 	}
 }
 

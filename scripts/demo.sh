@@ -22,5 +22,10 @@ say "the trap: two clients through the transaction pooler both 'win' the same ke
 psql -X -At -d "$LEASECTL_LAB_TX_DSN" -c "select 'client A got the lock: ' || pg_try_advisory_lock(42) || ' on backend ' || pg_backend_pid()"
 psql -X -At -d "$LEASECTL_LAB_TX_DSN" -c "select 'client B got the lock: ' || pg_try_advisory_lock(42) || ' on backend ' || pg_backend_pid()"
 
+say "keys.yaml is a deployment API: keys diff catches a changed key before it ships"
+leasectl keys lint
+sed 's/poller: 1840000001/poller: 1840000009/' keys.yaml > "$LAB_DIR/keys.yaml"
+run leasectl keys diff "$LAB_DIR/keys.yaml" --base-file keys.yaml
+
 say "tear down"
 leasectl lab down --dir "$LAB_DIR"
