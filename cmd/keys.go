@@ -36,7 +36,15 @@ previous release and fails on changes that break a rolling deploy, the way
 		Example: `  leasectl keys lint
   leasectl keys diff                      # against the latest tag reachable from HEAD
   leasectl keys diff --base main --format github-actions`,
-		Args: noArgs,
+		// Runnable, so that cobra checks Args: a command without RunE
+		// prints its help for any argument and exits 0.
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErrorf("unknown command %q for %q: use lint or diff", args[0], c.CommandPath())
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
 	}
 	c.AddCommand(newKeysLintCmd(app), newKeysDiffCmd(app))
 	return c

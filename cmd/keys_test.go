@@ -344,3 +344,18 @@ func TestKeysHelpListsTheRules(t *testing.T) {
 		t.Errorf("keys: %s", res.Stdout)
 	}
 }
+
+func TestKeysUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"keys", "bogus"},
+		{"keys", "lint", "a.yaml", "b.yaml"},
+		{"keys", "lint", "--format", "xml"},
+		{"keys", "diff", "--bogus"},
+	} {
+		res := runCLI(t, nil, args...)
+		wantExit(t, res, ExitUsage)
+		if !strings.Contains(res.Stderr, "Usage:") {
+			t.Errorf("%v: no usage: %s", args, res.Stderr)
+		}
+	}
+}
