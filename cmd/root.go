@@ -107,6 +107,7 @@ while they hold the lease.`,
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = root.MarkPersistentFlagFilename("keys", "yaml", "yml")
 
+	root.AddCommand(newProbeCmd(app))
 	root.AddCommand(newLabCmd(app))
 	root.AddCommand(newKeysCmd(app))
 	return root

@@ -50,6 +50,18 @@ var DefaultPoolers = []PoolerSpec{
 	{Name: "session", Mode: Session, PoolSize: 20},
 }
 
+// EveryPoolMode is a pooler in each pool mode, plus pools of one, for tests
+// that probe every way of reaching the server: "transaction" (pool 20),
+// "tx1" (transaction, pool 1), "session" (pool 20), "session1" (session,
+// pool 1) and "statement" (pool 5).
+var EveryPoolMode = []PoolerSpec{
+	{Name: "transaction", Mode: Transaction, PoolSize: 20},
+	{Name: "tx1", Mode: Transaction, PoolSize: 1},
+	{Name: "session", Mode: Session, PoolSize: 20},
+	{Name: "session1", Mode: Session, PoolSize: 1},
+	{Name: "statement", Mode: Statement, PoolSize: 5},
+}
+
 // Options configure [Start].
 type Options struct {
 	// Dir keeps lab.json and the pgpass file. Empty means a new temporary
