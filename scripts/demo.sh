@@ -32,5 +32,10 @@ run 'leasectl probe "$LEASECTL_LAB_SESSION_DSN"'
 say "...and the transaction pooler is refused, although the runbook's probe passes there"
 run 'leasectl probe "$LEASECTL_LAB_TX_DSN"'
 
+say "keys.yaml is a deployment API: keys diff catches a changed key before it ships"
+leasectl keys lint
+sed 's/poller: 1840000001/poller: 1840000009/' keys.yaml > "$LAB_DIR/keys.yaml"
+run 'leasectl keys diff "$LAB_DIR/keys.yaml" --base-file keys.yaml'
+
 say "tear down"
 leasectl lab down --dir "$LAB_DIR"
