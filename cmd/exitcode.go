@@ -65,6 +65,11 @@ func ExitCode(err error) int {
 		missingBin  *lab.MissingBinaryError
 		running     *lab.AlreadyRunningError
 		pgErr       *pgconn.PgError
+		gitErr      *keys.GitError
+		notRepo     *keys.NotRepoError
+		refMissing  *keys.RefNotFoundError
+		notAtRef    *keys.NotAtRefError
+		noBase      *keys.NoBaseError
 	)
 	switch {
 	case err == nil:
@@ -72,6 +77,10 @@ func ExitCode(err error) int {
 	case errors.As(err, &usage), errors.As(err, &input), errors.As(err, &dsnErr),
 		errors.As(err, &keysInvalid), errors.As(err, &keysMissing), errors.As(err, &running),
 		errors.Is(err, lab.ErrNoLab):
+		return ExitUsage
+	case errors.As(err, &gitErr), errors.As(err, &notRepo), errors.As(err, &refMissing),
+		errors.As(err, &notAtRef), errors.As(err, &noBase):
+		// keys diff could not read its base version: a wrong ref or path, or no release yet
 		return ExitUsage
 	case errors.As(err, &check):
 		return ExitCheckFailed

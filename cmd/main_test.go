@@ -8,17 +8,12 @@ import (
 )
 
 // testLab is shared by every test of this package: the primary, a hot
-// standby, and PgBouncer in each pool mode.
+// standby, and PgBouncer in each pool mode (lab.EveryPoolMode).
 var testLab *lab.Lab
 
 func TestMain(m *testing.M) {
 	os.Exit(lab.RunMain(m, lab.Options{
 		Standby: true,
-		Poolers: []lab.PoolerSpec{
-			{Name: "transaction", Mode: lab.Transaction, PoolSize: 20},
-			{Name: "tx1", Mode: lab.Transaction, PoolSize: 1},
-			{Name: "session", Mode: lab.Session, PoolSize: 20},
-			{Name: "statement", Mode: lab.Statement, PoolSize: 5},
-		},
+		Poolers: lab.EveryPoolMode,
 	}, &testLab))
 }

@@ -107,8 +107,10 @@ while they hold the lease.`,
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = root.MarkPersistentFlagFilename("keys", "yaml", "yml")
 
+	root.AddCommand(newProbeCmd(app))
 	root.AddCommand(newLabCmd(app))
 	root.AddCommand(newWhoCmd(app))
+	root.AddCommand(newKeysCmd(app))
 	return root
 }
 
@@ -174,6 +176,9 @@ func (a *App) Color() bool {
 
 // errNoArgs is a cobra.PositionalArgs that accepts none, as a usage error.
 func noArgs(c *cobra.Command, args []string) error {
+	if len(args) > 0 && c.HasSubCommands() {
+		return usageErrorf("unknown command %q for %q", args[0], c.CommandPath())
+	}
 	if len(args) > 0 {
 		return usageErrorf("%q takes no arguments, got %q", c.CommandPath(), args[0])
 	}

@@ -119,6 +119,8 @@ func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
 		ce.hint = "is the server running? check the host and port in --dsn"
 	case strings.Contains(err.Error(), "no such host"):
 		ce.hint = "the host name does not resolve: check --dsn"
+	case strings.Contains(err.Error(), "invalid body length") || strings.Contains(err.Error(), "unexpected message") || strings.Contains(err.Error(), "unknown message type"):
+		ce.hint = "whatever answers there does not speak the PostgreSQL protocol: check the host and port in --dsn"
 	case strings.Contains(err.Error(), "no such file or directory"):
 		ce.hint = "no server socket at that path: is the server running? check host= in --dsn"
 	default:
@@ -127,23 +129,31 @@ func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
 	return ce
 }
 
-// conciseCause strips pgx's "failed to connect to `user=… database=…`:"
-// prefix and the per-address wrapper, keeping the reason itself.
+// conciseCause renders the reason a connection failed without pgx's
+// "failed to connect to `user=… database=…`:" wrapper: the server's error,
+// the network error, or the innermost error's first line.
 func conciseCause(err error) string {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	switch {
+	case errors.As(err, &pgErr):
 		return fmt.Sprintf("%s: %s (SQLSTATE %s)", strings.ToLower(pgErr.Severity), pgErr.Message, pgErr.Code)
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
+	case errors.Is(err, context.DeadlineExceeded):
 		return "timed out"
+	case errors.As(err, &dnsErr):
+		return fmt.Sprintf("cannot resolve %s: %s", dnsErr.Name, dnsErr.Err)
+	case errors.As(err, &opErr) && opErr.Err != nil:
+		return opErr.Err.Error()
 	}
-	msg := err.Error()
-	if i := strings.LastIndex(msg, "): "); i >= 0 {
-		msg = msg[i+3:]
-	} else if i := strings.Index(msg, "`: "); i >= 0 {
-		msg = msg[i+3:]
+	for {
+		inner := errors.Unwrap(err)
+		if inner == nil {
+			break
+		}
+		err = inner
 	}
-	msg = strings.TrimPrefix(msg, "dial error: ")
+	msg, _, _ := strings.Cut(err.Error(), "\n")
 	return msg
 }
 

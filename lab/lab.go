@@ -50,6 +50,18 @@ var DefaultPoolers = []PoolerSpec{
 	{Name: "session", Mode: Session, PoolSize: 20},
 }
 
+// EveryPoolMode is a pooler in each pool mode, plus pools of one, for tests
+// that probe every way of reaching the server: "transaction" (pool 20),
+// "tx1" (transaction, pool 1), "session" (pool 20), "session1" (session,
+// pool 1) and "statement" (pool 5).
+var EveryPoolMode = []PoolerSpec{
+	{Name: "transaction", Mode: Transaction, PoolSize: 20},
+	{Name: "tx1", Mode: Transaction, PoolSize: 1},
+	{Name: "session", Mode: Session, PoolSize: 20},
+	{Name: "session1", Mode: Session, PoolSize: 1},
+	{Name: "statement", Mode: Statement, PoolSize: 5},
+}
+
 // Options configure [Start].
 type Options struct {
 	// Dir keeps lab.json and the pgpass file. Empty means a new temporary
@@ -150,7 +162,7 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	}
 	if opts.Dir != "" {
 		if old, lerr := Load(opts.Dir); lerr == nil {
-			if old.Running() {
+			if old.anyAlive() {
 				return nil, &AlreadyRunningError{Dir: opts.Dir}
 			}
 			_ = old.Stop(ctx) // leftovers of a lab whose servers died: clean them up
@@ -592,6 +604,20 @@ func (l *Lab) Running() bool {
 		}
 	}
 	return len(st) > 0
+}
+
+// anyAlive reports whether any process of the lab still runs, judged by
+// pids and not by ports, which a loaded machine may be slow to answer on.
+func (l *Lab) anyAlive() bool {
+	if ServerPID(&l.Primary) > 0 || (l.Standby != nil && ServerPID(l.Standby) > 0) {
+		return true
+	}
+	for i := range l.Poolers {
+		if PoolerPID(&l.Poolers[i]) > 0 {
+			return true
+		}
+	}
+	return l.RunDir != "" && len(ProcessesUsing(l.RunDir)) > 0
 }
 
 // Stop stops every process the lab started, waits until they are gone and

@@ -12,11 +12,35 @@ import (
 // the answer is meaningless: the "session" is whichever server connection
 // the pooler lent for this statement.
 func TryLock(ctx context.Context, conn *pgx.Conn, key int64) (bool, error) {
-	var ok bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&ok); err != nil {
-		return false, fmt.Errorf("pg_try_advisory_lock(%d): %w", key, err)
+	_, ok, err := TryLockPID(ctx, conn, key)
+	return ok, err
+}
+
+// TryLockPID is TryLock that also returns the backend pid the statement ran
+// on, read in the same statement: through a pooler, the pid of the server
+// connection that now holds (or was refused) the key.
+func TryLockPID(ctx context.Context, conn *pgx.Conn, key int64) (pid uint32, ok bool, err error) {
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid(), pg_try_advisory_lock($1)", key).Scan(&pid, &ok); err != nil {
+		return 0, false, fmt.Errorf("pg_try_advisory_lock(%d): %w", key, err)
 	}
-	return ok, nil
+	return pid, ok, nil
+}
+
+// KeyHolders returns the backend pid this statement ran on and the pids of
+// the sessions that hold the bigint key in the current database, read in
+// one statement. A prepared transaction's hold has no pid and is left out.
+func KeyHolders(ctx context.Context, conn *pgx.Conn, key int64) (self uint32, holders []uint32, err error) {
+	classid, objid := Split(key)
+	err = conn.QueryRow(ctx, `SELECT pg_backend_pid(),
+       coalesce(array_agg(pid ORDER BY pid) FILTER (WHERE pid IS NOT NULL), '{}')
+  FROM pg_locks
+ WHERE locktype = 'advisory' AND granted AND objsubid = 1
+   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND classid = $1::bigint::oid AND objid = $2::bigint::oid`, int64(classid), int64(objid)).Scan(&self, &holders)
+	if err != nil {
+		return 0, nil, fmt.Errorf("read holders of key %d: %w", key, err)
+	}
+	return self, holders, nil
 }
 
 // Unlock releases key as many times as this session holds it (session locks

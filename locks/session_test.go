@@ -2,6 +2,7 @@ package locks_test
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -59,5 +60,29 @@ func TestServerInfo(t *testing.T) {
 	}
 	if info.Port != testLab.Primary.Port || info.InRecovery || info.VersionNum < 140000 || info.BackendPID == 0 || info.Database != "postgres" {
 		t.Errorf("unexpected server info %+v (lab primary port %d)", info, testLab.Primary.Port)
+	}
+}
+
+func TestKeyHoldersSeesTheHolder(t *testing.T) {
+	ctx := context.Background()
+	a, b := connect(t, testLab.DirectDSN()), connect(t, testLab.DirectDSN())
+	for _, key := range []int64{-1, 1 << 31, 1<<32 + 5, math.MaxInt64, math.MinInt64} {
+		pidA, ok, err := locks.TryLockPID(ctx, a, key)
+		if err != nil || !ok {
+			t.Fatalf("key %d: A TryLockPID = %v, %v", key, ok, err)
+		}
+		self, holders, err := locks.KeyHolders(ctx, b, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if self == pidA || len(holders) != 1 || holders[0] != pidA {
+			t.Errorf("key %d: B (pid %d) sees holders %v, want [%d]", key, self, holders, pidA)
+		}
+		if _, err := locks.Unlock(ctx, a, key); err != nil {
+			t.Fatal(err)
+		}
+		if _, holders, _ := locks.KeyHolders(ctx, b, key); len(holders) != 0 {
+			t.Errorf("key %d: still held after Unlock: %v", key, holders)
+		}
 	}
 }

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 ensure_deps
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-run() { printf '$ %s\n' "$*"; "$@" || printf '(exit %d)\n' "$?"; }
+# run prints a command as written, then runs it and shows a non-zero exit code.
+run() { printf '$ %s\n' "$1"; eval "$1" || printf '(exit %d)\n' "$?"; }
 
 go build -o bin/leasectl .
 export PATH="$PWD/bin:$PATH"
@@ -23,7 +24,21 @@ psql -X -At -d "$LEASECTL_LAB_TX_DSN" -c "select 'client A got the lock: ' || pg
 psql -X -At -d "$LEASECTL_LAB_TX_DSN" -c "select 'client B got the lock: ' || pg_try_advisory_lock(42) || ' on backend ' || pg_backend_pid()"
 
 say "who holds key 42 now? a pooled server connection: both clients are gone, the lock stays"
-run leasectl who --all
+run 'leasectl who --all'
+
+say "leasectl probe: the direct DSN is stable..."
+run 'leasectl probe "$LEASECTL_LAB_DSN"'
+
+say "...PgBouncer in session mode is a proxy, but safe..."
+run 'leasectl probe "$LEASECTL_LAB_SESSION_DSN"'
+
+say "...and the transaction pooler is refused, although the runbook's probe passes there"
+run 'leasectl probe "$LEASECTL_LAB_TX_DSN"'
+
+say "keys.yaml is a deployment API: keys diff catches a changed key before it ships"
+leasectl keys lint
+sed 's/poller: 1840000001/poller: 1840000009/' keys.yaml > "$LAB_DIR/keys.yaml"
+run 'leasectl keys diff "$LAB_DIR/keys.yaml" --base-file keys.yaml'
 
 say "tear down"
 leasectl lab down --dir "$LAB_DIR"

@@ -27,7 +27,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,6 +34,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/benchutil"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/lab"
 	"github.com/leasectl/leasectl/locks"
@@ -73,9 +73,9 @@ func run(sessions, perSession, runs int, keysPath string) error {
 	defer os.RemoveAll(work)
 
 	fmt.Fprintln(os.Stderr, "building leasectl ...")
-	leasectl := filepath.Join(work, "leasectl")
-	if out, err := exec.Command("go", "build", "-o", leasectl, ".").CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %v\n%s", err, out)
+	leasectl, err := benchutil.BuildLeasectl(work)
+	if err != nil {
+		return err
 	}
 
 	fmt.Fprintln(os.Stderr, "starting lab ...")
@@ -111,7 +111,7 @@ func run(sessions, perSession, runs int, keysPath string) error {
 	if err := os.WriteFile(rolesSQL, []byte(inline(false, roleKeys)), 0o600); err != nil {
 		return err
 	}
-	env := append(os.Environ(), "LEASECTL_DSN="+dsn, "PGPASSFILE="+l.PassFile)
+	env := []string{"LEASECTL_DSN=" + dsn, "PGPASSFILE=" + l.PassFile}
 	whoAll := cmdSpec{leasectl, []string{"who", "--all", "--keys", keysPath}}
 	whoRoles := cmdSpec{leasectl, []string{"who", "--keys", keysPath}}
 	// libpq tries GSSAPI encryption first by default; pgx does not, so
@@ -140,7 +140,7 @@ func run(sessions, perSession, runs int, keysPath string) error {
 		for _, f := range []string{allSQL, rolesSQL} {
 			sql, _ := os.ReadFile(f)
 			cmd := exec.Command(psql, "-X", "-d", dsn, "-c", "EXPLAIN (ANALYZE, COSTS OFF) "+strings.TrimSuffix(string(sql), ";\n"))
-			cmd.Env, cmd.Stdout, cmd.Stderr = env, os.Stdout, os.Stderr
+			cmd.Env, cmd.Stdout, cmd.Stderr = append(os.Environ(), env...), os.Stdout, os.Stderr
 			if err := cmd.Run(); err != nil {
 				return err
 			}
@@ -150,13 +150,13 @@ func run(sessions, perSession, runs int, keysPath string) error {
 		sessions, total, l.Version, runs)
 	fmt.Printf("%-34s %10s %10s %10s\n", "command", "median", "p90", "vs psql")
 	for _, pair := range [][2]cmdSpec{{whoAll, psqlAll}, {whoRoles, psqlRoles}} {
-		a, b, err := alternate(pair[0], pair[1], env, runs)
+		a, b, err := alternate(ctx, pair[0], pair[1], env, runs)
 		if err != nil {
 			return err
 		}
-		ma, mb := quantile(a, 0.5), quantile(b, 0.5)
-		fmt.Printf("%-34s %10s %10s %9.2fx\n", pair[0].label(), ms(ma), ms(quantile(a, 0.9)), float64(ma)/float64(mb))
-		fmt.Printf("%-34s %10s %10s %10s\n", pair[1].label(), ms(mb), ms(quantile(b, 0.9)), "")
+		sa, sb := benchutil.Summarize(a), benchutil.Summarize(b)
+		fmt.Printf("%-34s %10s %10s %9sx\n", pair[0].label(), benchutil.Ms(sa.Median), benchutil.Ms(sa.P90), benchutil.Ratio(sa.Median, sb.Median))
+		fmt.Printf("%-34s %10s %10s %10s\n", pair[1].label(), benchutil.Ms(sb.Median), benchutil.Ms(sb.P90), "")
 	}
 	return nil
 }
@@ -212,40 +212,29 @@ func (c cmdSpec) label() string {
 	return name + " " + strings.Join(c.args[:len(c.args)-2], " ")
 }
 
-func (c cmdSpec) time(env []string) (time.Duration, error) {
-	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		return 0, err
+func (c cmdSpec) time(ctx context.Context, env []string) (time.Duration, error) {
+	d, code, err := benchutil.TimeProcess(ctx, env, c.path, c.args...)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("%s: exit %d", c.label(), code)
 	}
-	defer devnull.Close()
-	cmd := exec.Command(c.path, c.args...)
-	cmd.Env, cmd.Stdout = env, devnull
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	start := time.Now()
-	err = cmd.Run()
-	d := time.Since(start)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %v: %s", c.label(), err, stderr.String())
-	}
-	return d, nil
+	return d, err
 }
 
 func countLines(c cmdSpec, env []string) (int, error) {
 	cmd := exec.Command(c.path, c.args...)
-	cmd.Env = env
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.Output()
 	return strings.Count(string(out), "\n"), err
 }
 
 // alternate runs a and b in turns, after one untimed warm-up of each.
-func alternate(a, b cmdSpec, env []string, n int) (ta, tb []time.Duration, err error) {
+func alternate(ctx context.Context, a, b cmdSpec, env []string, n int) (ta, tb []time.Duration, err error) {
 	for i := -1; i < n; i++ {
-		da, err := a.time(env)
+		da, err := a.time(ctx, env)
 		if err != nil {
 			return nil, nil, err
 		}
-		db, err := b.time(env)
+		db, err := b.time(ctx, env)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -255,11 +244,3 @@ func alternate(a, b cmdSpec, env []string, n int) (ta, tb []time.Duration, err e
 	}
 	return ta, tb, nil
 }
-
-func quantile(ds []time.Duration, q float64) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[int(q*float64(len(s)-1)+0.5)]
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }

@@ -1,0 +1,187 @@
+package cmd
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/leasectl/leasectl/keys"
+	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/probe"
+	"github.com/spf13/cobra"
+)
+
+type probeOptions struct {
+	app        *App
+	DSNArg     string
+	Key        int64
+	Strict     bool
+	Contenders int
+	Rounds     int
+	Heartbeat  time.Duration
+	HBTimeout  time.Duration
+}
+
+func newProbeCmd(app *App) *cobra.Command {
+	opts := &probeOptions{app: app}
+	c := &cobra.Command{
+		Use:   "probe [DSN]",
+		Short: "Check that a session-level advisory lock gives mutual exclusion over a DSN",
+		Long: fmt.Sprintf(`Probe a DSN before trusting a lease over it. STABLE (exit 0) means a
+session-level advisory lock gives mutual exclusion there; REFUSED (exit 1) means
+it does not, or could not be shown to.
+
+The runbook's probe (backend pid, temp table, pid again, row back) passes through
+a quiet transaction-mode pooler, which then lets two clients both take the lock.
+So while connection A holds the probe key, further connections through the same
+DSN must get other backends and be refused the key, and A must still hold it.
+
+Checks, each pass / warn / fail / info with one line of why:
+  connect              reach the server within --timeout (else exit 3)
+  primary              not a standby (advisory locks on a standby fence nothing)
+  session_continuity   the runbook's probe, each statement its own round trip
+  exclusion            contenders get other backends and cannot take A's key
+  proxy                signs of a pooler or proxy in the path (warn only)
+  idle_session_timeout must be above the heartbeat interval
+  dead_peer_detection  how long the server keeps a vanished client's lock
+  privileges           what who and failover can do with this role (info)
+  cleanup              temp table dropped, probe key released
+
+Warnings refuse only with --strict. The probe key (--probe-key, default %d,
+the bytes of "leasectl") must not be any role's key. The DSN is the argument, else
+--dsn, $LEASECTL_DSN, $DATABASE_URL or libpq's PG* variables.`, locks.DefaultProbeKey),
+		Example: `  leasectl probe "postgres://app@db.internal:5432/app"
+  leasectl probe --strict -o json "$DATABASE_URL"
+  leasectl probe "$LEASECTL_LAB_TX_DSN"     # refused: transaction pooling`,
+		Args: maxArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				opts.DSNArg = args[0]
+			}
+			return runProbe(c.Context(), opts)
+		},
+	}
+	f := c.Flags()
+	f.Int64Var(&opts.Key, "probe-key", locks.DefaultProbeKey, "advisory key the probe takes; no role may use it")
+	f.BoolVar(&opts.Strict, "strict", false, "refuse on warnings too")
+	f.IntVar(&opts.Contenders, "contenders", 1, "further connections that contend for the key")
+	f.IntVar(&opts.Rounds, "rounds", 3, "times each contender tries the key")
+	f.DurationVar(&opts.Heartbeat, "heartbeat", 15*time.Second, "lease heartbeat interval the server settings are judged against")
+	f.DurationVar(&opts.HBTimeout, "heartbeat-timeout", 5*time.Second, "lease heartbeat timeout the server settings are judged against")
+	return c
+}
+
+func runProbe(ctx context.Context, opts *probeOptions) error {
+	app := opts.app
+	if opts.Key == 0 {
+		return usageErrorf("invalid --probe-key 0: pick a key no role uses")
+	}
+	if opts.Contenders < 1 || opts.Rounds < 1 {
+		return usageErrorf("--contenders and --rounds must be at least 1")
+	}
+	if err := checkProbeKeyIsFree(app, opts.Key); err != nil {
+		return err
+	}
+	cfg, _, err := app.ConnConfig(opts.DSNArg)
+	if err != nil {
+		return err
+	}
+	rep, err := probe.Run(ctx, probe.Options{
+		ConnConfig:        cfg,
+		Key:               opts.Key,
+		Contenders:        opts.Contenders,
+		Rounds:            opts.Rounds,
+		Timeout:           app.Global.Timeout,
+		HeartbeatInterval: opts.Heartbeat,
+		HeartbeatTimeout:  opts.HBTimeout,
+		Strict:            opts.Strict,
+	})
+	if err != nil {
+		return err
+	}
+	if app.JSON() {
+		if err := writeJSON(app.IO.Out, rep); err != nil {
+			return err
+		}
+	} else {
+		renderProbe(app, rep)
+	}
+	if rep.Verdict != probe.Stable {
+		return &CheckFailedError{}
+	}
+	return nil
+}
+
+// checkProbeKeyIsFree refuses a probe key that a role of the keys file uses:
+// probing would contend with, or look like, that role's leader. A missing
+// keys file is fine: probe is often run before there is one.
+func checkProbeKeyIsFree(app *App, key int64) error {
+	f, err := app.LoadKeys()
+	if err != nil {
+		if _, missing := err.(*keys.NotFoundError); missing && app.Global.Keys == "" && app.Getenv("LEASECTL_KEYS") == "" {
+			return nil
+		}
+		return err
+	}
+	if e, ok := f.ByKey(key); ok {
+		return usageErrorf("probe key %d is the key of role %q in %s: pass another --probe-key", key, e.Name, f.Path)
+	}
+	return nil
+}
+
+var probeLabels = map[string]string{
+	probe.CheckConnect:    "connect",
+	probe.CheckPrimary:    "primary",
+	probe.CheckContinuity: "session continuity",
+	probe.CheckExclusion:  "exclusion",
+	probe.CheckProxy:      "proxy",
+	probe.CheckIdle:       "idle sessions",
+	probe.CheckDeadPeer:   "dead-peer detection",
+	probe.CheckPrivileges: "privileges",
+	probe.CheckCleanup:    "cleanup",
+}
+
+func renderProbe(app *App, rep *probe.Report) {
+	st := app.styles()
+	w := app.IO.Out
+	who := ""
+	if rep.Server != nil {
+		who = fmt.Sprintf(" as %s, database %s", rep.Server.User, rep.Server.Database)
+	}
+	fmt.Fprintf(w, "Probe of %s%s\n", rep.Target, who)
+	warnings := 0
+	for _, c := range rep.Checks {
+		var mark string
+		switch c.Status {
+		case probe.Pass:
+			mark = st.OK.Render("✓")
+		case probe.Warn:
+			mark = st.Warn.Render("!")
+			warnings++
+		case probe.Fail:
+			mark = st.Fail.Render("✗")
+		default:
+			mark = st.Info.Render("i")
+		}
+		label := probeLabels[c.Name]
+		if label == "" {
+			label = c.Name
+		}
+		fmt.Fprintf(w, "  %s %-20s %s\n", mark, label, c.Detail)
+	}
+	elapsed := strconv.FormatFloat(rep.ElapsedMS, 'f', 1, 64) + " ms"
+	if rep.Verdict == probe.Stable {
+		note := ""
+		if warnings > 0 {
+			note = fmt.Sprintf(", %d warning(s)", warnings)
+		}
+		fmt.Fprintf(w, "%s  a session-level advisory lock gives mutual exclusion over this DSN (%s%s)\n", st.OK.Render("STABLE"), elapsed, note)
+		return
+	}
+	reason := "session-level advisory locks do not give mutual exclusion over this DSN: a lease here can elect two leaders"
+	if c, ok := rep.Check(probe.CheckExclusion); !ok || c.Status != probe.Fail {
+		reason = "a lease is not safe over this DSN"
+	}
+	fmt.Fprintf(w, "%s  %s (%s)\n", st.Fail.Render("REFUSED"), reason, elapsed)
+}

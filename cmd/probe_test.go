@@ -1,0 +1,171 @@
+package cmd
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// dsnWithPassword puts the lab's password into a DSN on purpose, so tests
+// can check it never shows.
+func dsnWithPassword(t *testing.T, dsn string) (string, string) {
+	t.Helper()
+	pw, err := testLab.Password()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Replace(dsn, "postgres@", "postgres:"+pw+"@", 1), pw
+}
+
+func assertNoSecret(t *testing.T, res cliResult, secret string) {
+	t.Helper()
+	if strings.Contains(res.Stdout, secret) || strings.Contains(res.Stderr, secret) {
+		t.Errorf("the password appears in the output:\n%s\n%s", res.Stdout, res.Stderr)
+	}
+}
+
+func TestProbeCommandVerdictsAndExitCodes(t *testing.T) {
+	cases := []struct {
+		name    string
+		dsn     string
+		code    int
+		verdict string
+	}{
+		{"direct", testLab.DirectDSN(), ExitOK, "STABLE"},
+		{"session pooler", testLab.PoolerDSN("session"), ExitOK, "STABLE"},
+		{"transaction pooler", testLab.PoolerDSN("transaction"), ExitCheckFailed, "REFUSED"},
+		{"statement pooler", testLab.PoolerDSN("statement"), ExitCheckFailed, "REFUSED"},
+		{"standby", testLab.StandbyDSN(), ExitCheckFailed, "REFUSED"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dsn, pw := dsnWithPassword(t, tc.dsn)
+			res := runCLI(t, nil, "probe", dsn)
+			if res.Code != tc.code || !strings.Contains(res.Stdout, tc.verdict) {
+				t.Errorf("exit %d (want %d), stdout:\n%s\nstderr: %s", res.Code, tc.code, res.Stdout, res.Stderr)
+			}
+			assertNoSecret(t, res, pw)
+			if strings.Contains(res.Stdout, "\x1b[") {
+				t.Errorf("styled output to a non-terminal:\n%s", res.Stdout)
+			}
+		})
+	}
+}
+
+func TestProbeDSNFromEnvironment(t *testing.T) {
+	res := runCLI(t, map[string]string{"LEASECTL_DSN": testLab.PoolerDSN("transaction"), "DATABASE_URL": testLab.DirectDSN()}, "probe")
+	if res.Code != ExitCheckFailed {
+		t.Errorf("LEASECTL_DSN must win over DATABASE_URL: exit %d\n%s", res.Code, res.Stdout)
+	}
+	res = runCLI(t, map[string]string{"DATABASE_URL": testLab.DirectDSN()}, "probe")
+	if res.Code != ExitOK {
+		t.Errorf("DATABASE_URL: exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
+}
+
+func TestProbeJSONSchema(t *testing.T) {
+	res := runCLI(t, nil, "probe", "-o", "json", testLab.PoolerDSN("transaction"))
+	if res.Code != ExitCheckFailed {
+		t.Fatalf("exit %d: %s", res.Code, res.Stderr)
+	}
+	var out struct {
+		Verdict string  `json:"verdict"`
+		Strict  *bool   `json:"strict"`
+		Target  string  `json:"target"`
+		Key     int64   `json:"probe_key"`
+		Elapsed float64 `json:"elapsed_ms"`
+		Server  *struct {
+			Version    string `json:"version"`
+			Port       int    `json:"port"`
+			InRecovery *bool  `json:"in_recovery"`
+			BackendPID uint32 `json:"backend_pid"`
+		} `json:"server"`
+		Checks []struct {
+			Name, Status, Detail string
+		} `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, res.Stdout)
+	}
+	if out.Verdict != "REFUSED" || out.Strict == nil || out.Target == "" || out.Key == 0 || out.Server == nil ||
+		out.Server.Port != testLab.Primary.Port || out.Server.InRecovery == nil || out.Server.BackendPID == 0 || out.Elapsed <= 0 {
+		t.Errorf("incomplete report: %+v", out)
+	}
+	names := map[string]string{}
+	for _, c := range out.Checks {
+		names[c.Name] = c.Status
+		if c.Detail == "" {
+			t.Errorf("check %s has no detail", c.Name)
+		}
+	}
+	for _, n := range []string{"connect", "primary", "session_continuity", "exclusion", "proxy", "idle_session_timeout", "dead_peer_detection", "privileges", "cleanup"} {
+		if names[n] == "" {
+			t.Errorf("check %q missing from %v", n, names)
+		}
+	}
+	if names["exclusion"] != "fail" {
+		t.Errorf("exclusion through a transaction pooler: %s", names["exclusion"])
+	}
+}
+
+func TestProbeBadInput(t *testing.T) {
+	// Malformed DSN: exit 2, and the password in it is not echoed.
+	res := runCLI(t, nil, "probe", "postgres://user:hunter2-secret@127.0.0.1:notaport/db")
+	if res.Code != ExitUsage || !strings.Contains(res.Stderr, "malformed DSN") {
+		t.Errorf("malformed DSN: exit %d: %s", res.Code, res.Stderr)
+	}
+	assertNoSecret(t, res, "hunter2-secret")
+	if strings.Contains(res.Stderr, "Usage:") {
+		t.Errorf("usage shown for a bad DSN: %s", res.Stderr)
+	}
+
+	// Unreachable: exit 3, names host:port, never the password.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	res = runCLI(t, nil, "probe", "--timeout", "2s", fmt.Sprintf("postgres://user:hunter2-secret@127.0.0.1:%d/db?sslmode=disable", port))
+	if res.Code != ExitUnavailable || !strings.Contains(res.Stderr, fmt.Sprintf("127.0.0.1:%d", port)) {
+		t.Errorf("unreachable: exit %d: %s", res.Code, res.Stderr)
+	}
+	assertNoSecret(t, res, "hunter2-secret")
+
+	// Wrong password: exit 3, says authentication, no password.
+	wrong := strings.Replace(testLab.DirectDSN(), "postgres@", "postgres:wrong-pw-123@", 1)
+	res = runCLI(t, nil, "probe", wrong)
+	if res.Code != ExitUnavailable || !strings.Contains(res.Stderr, "authentication") {
+		t.Errorf("wrong password: exit %d: %s", res.Code, res.Stderr)
+	}
+	assertNoSecret(t, res, "wrong-pw-123")
+
+	// A probe key that a role uses: exit 2.
+	keysFile := filepath.Join(t.TempDir(), "keys.yaml")
+	if err := os.WriteFile(keysFile, []byte("roles:\n  poller: 424242\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res = runCLI(t, nil, "probe", "--keys", keysFile, "--probe-key", "424242", testLab.DirectDSN())
+	if res.Code != ExitUsage || !strings.Contains(res.Stderr, "poller") {
+		t.Errorf("probe key of a role: exit %d: %s", res.Code, res.Stderr)
+	}
+	// Two DSNs: a usage error.
+	if res := runCLI(t, nil, "probe", "a", "b"); res.Code != ExitUsage {
+		t.Errorf("two arguments: exit %d", res.Code)
+	}
+}
+
+func TestProbeColourOnlyOnTerminals(t *testing.T) {
+	res := runCLIWith(t, t.Context(), nil, true, "", "probe", testLab.DirectDSN())
+	if res.Code != ExitOK || !strings.Contains(res.Stdout, "\x1b[") {
+		t.Errorf("no styling on a terminal (exit %d):\n%q", res.Code, res.Stdout)
+	}
+	res = runCLIWith(t, t.Context(), map[string]string{"NO_COLOR": "1"}, true, "", "probe", testLab.DirectDSN())
+	if strings.Contains(res.Stdout, "\x1b[") {
+		t.Errorf("NO_COLOR ignored:\n%q", res.Stdout)
+	}
+}

@@ -1,0 +1,98 @@
+// Command probe benchmarks `leasectl probe` (the whole process) against psql
+// running the runbook's six-statement probe from a file, on the same server
+// in the same run, alternating the two so that machine noise hits both.
+//
+//	go run ./internal/bench/probe [-n 40]
+//
+// It starts its own lab (PostgreSQL + PgBouncer), prints medians, p90 and the
+// ratio of medians for the direct DSN and for the transaction pooler, and
+// stops the lab. Target: ratio ≤ 1.0.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/leasectl/leasectl/internal/benchutil"
+	"github.com/leasectl/leasectl/lab"
+)
+
+// runbook is the runbook's probe: each statement its own transaction.
+const runbook = `SELECT pg_backend_pid();
+CREATE TEMP TABLE runbook_probe AS SELECT 1 AS v;
+INSERT INTO runbook_probe VALUES (2);
+SELECT pg_backend_pid();
+SELECT count(*) FROM runbook_probe;
+DROP TABLE runbook_probe;
+`
+
+func main() {
+	n := flag.Int("n", 40, "runs of each command per target")
+	flag.Parse()
+	if err := run(*n); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(n int) error {
+	ctx := context.Background()
+	tmp, err := os.MkdirTemp("", "leasectl-bench-probe-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	bin, err := benchutil.BuildLeasectl(tmp)
+	if err != nil {
+		return err
+	}
+	psql, err := exec.LookPath("psql")
+	if err != nil {
+		return fmt.Errorf("psql not found (apt-get install postgresql-client): %w", err)
+	}
+	sqlFile := filepath.Join(tmp, "runbook.sql")
+	if err := os.WriteFile(sqlFile, []byte(runbook), 0o644); err != nil {
+		return err
+	}
+	l, err := lab.Start(ctx, lab.Options{})
+	if err != nil {
+		return err
+	}
+	defer l.Stop(context.Background())
+
+	fmt.Printf("leasectl probe vs psql -f runbook.sql (6 statements), %d alternating runs each, %s\n\n", n, l.Version)
+	fmt.Printf("%-22s %12s %12s %12s %12s %8s\n", "target", "psql median", "probe median", "psql p90", "probe p90", "ratio")
+	for _, target := range []struct {
+		name, dsn string
+		code      int
+	}{
+		{"direct (TCP)", l.DirectDSN(), 0},
+		{"PgBouncer transaction", l.PoolerDSN("transaction"), 1},
+		{"PgBouncer session", l.PoolerDSN("session"), 0},
+	} {
+		var psqlTimes, probeTimes []time.Duration
+		for i := -3; i < n; i++ { // three warm-up rounds
+			d1, code, err := benchutil.TimeProcess(ctx, nil, psql, "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", target.dsn, "-f", sqlFile)
+			if err != nil || code != 0 {
+				return fmt.Errorf("psql on %s: exit %d: %v", target.name, code, err)
+			}
+			d2, code, err := benchutil.TimeProcess(ctx, []string{"NO_COLOR=1"}, bin, "probe", target.dsn)
+			if err != nil || code != target.code {
+				return fmt.Errorf("leasectl probe on %s: exit %d, want %d: %v", target.name, code, target.code, err)
+			}
+			if i >= 0 {
+				psqlTimes = append(psqlTimes, d1)
+				probeTimes = append(probeTimes, d2)
+			}
+		}
+		a, b := benchutil.Summarize(psqlTimes), benchutil.Summarize(probeTimes)
+		fmt.Printf("%-22s %12s %12s %12s %12s %8s\n", target.name, benchutil.Ms(a.Median), benchutil.Ms(b.Median), benchutil.Ms(a.P90), benchutil.Ms(b.P90), benchutil.Ratio(b.Median, a.Median))
+	}
+	fmt.Println("\nratio = probe median / psql median; target ≤ 1.00")
+	return nil
+}

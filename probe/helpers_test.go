@@ -1,0 +1,9 @@
+package probe_test
+
+import (
+	"errors"
+
+	"github.com/leasectl/leasectl/dbconn"
+)
+
+func asConnectError(err error, target **dbconn.ConnectError) bool { return errors.As(err, target) }

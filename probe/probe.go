@@ -1,0 +1,420 @@
+package probe
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/locks"
+)
+
+// Verdict is the probe's answer.
+type Verdict string
+
+const (
+	// Stable means session-level advisory locks give mutual exclusion over
+	// the DSN: a lease is safe.
+	Stable Verdict = "STABLE"
+	// Refused means they do not, or the probe could not show that they do.
+	Refused Verdict = "REFUSED"
+)
+
+// Status is the outcome of one check.
+type Status string
+
+// Check outcomes. Only Fail refuses the DSN; Warn does too in strict mode.
+const (
+	Pass Status = "pass"
+	Warn Status = "warn"
+	Fail Status = "fail"
+	Info Status = "info"
+)
+
+// The names of the checks, stable for JSON consumers.
+const (
+	CheckConnect    = "connect"
+	CheckPrimary    = "primary"
+	CheckContinuity = "session_continuity"
+	CheckExclusion  = "exclusion"
+	CheckProxy      = "proxy"
+	CheckIdle       = "idle_session_timeout"
+	CheckDeadPeer   = "dead_peer_detection"
+	CheckPrivileges = "privileges"
+	CheckCleanup    = "cleanup"
+)
+
+// Check is one row of the report: a name, an outcome and one line of why.
+type Check struct {
+	Name   string `json:"name"`
+	Status Status `json:"status"`
+	Detail string `json:"detail"`
+}
+
+// Options configure [Run].
+type Options struct {
+	// ConnConfig is the DSN to probe, parsed by dbconn.Parse. Every probe
+	// connection is opened from a copy of it.
+	ConnConfig *pgx.ConnConfig
+	// Key is the advisory key the probe takes; 0 means locks.DefaultProbeKey.
+	// No role may use it.
+	Key int64
+	// Contenders is how many further connections contend for the key while
+	// the first holds it; default 1 (each costs a server connection).
+	Contenders int
+	// Rounds is how many times the contenders try; default 3.
+	Rounds int
+	// Timeout bounds connecting and each step; default 5s. A contender that
+	// cannot get a server connection in this time fails the exclusion check.
+	Timeout time.Duration
+	// HeartbeatInterval is the lease heartbeat the server settings are
+	// judged against; default 15s.
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout is how long a lease waits for a heartbeat; default 5s.
+	HeartbeatTimeout time.Duration
+	// Strict makes warnings refuse the DSN too.
+	Strict bool
+}
+
+// DefaultApplicationName is the application_name of probe connections when
+// the DSN sets none, so that `leasectl who --all` can tell them apart.
+const DefaultApplicationName = "leasectl probe"
+
+func (o *Options) withDefaults() Options {
+	out := *o
+	if out.Key == 0 {
+		out.Key = locks.DefaultProbeKey
+	}
+	if out.Contenders <= 0 {
+		out.Contenders = 1
+	}
+	if out.Rounds <= 0 {
+		out.Rounds = 3
+	}
+	if out.Timeout <= 0 {
+		out.Timeout = 5 * time.Second
+	}
+	if out.HeartbeatInterval <= 0 {
+		out.HeartbeatInterval = 15 * time.Second
+	}
+	if out.HeartbeatTimeout <= 0 {
+		out.HeartbeatTimeout = 5 * time.Second
+	}
+	return out
+}
+
+// Report is the probe's result.
+type Report struct {
+	Verdict Verdict            `json:"verdict"`
+	Strict  bool               `json:"strict"`
+	Target  string             `json:"target"`
+	Key     int64              `json:"probe_key"`
+	Server  *dbconn.ServerInfo `json:"server,omitempty"`
+	Checks  []Check            `json:"checks"`
+	// Elapsed is the wall time of the whole probe.
+	Elapsed time.Duration `json:"-"`
+	// ElapsedMS is Elapsed in milliseconds, for JSON.
+	ElapsedMS float64 `json:"elapsed_ms"`
+}
+
+// Check returns the check called name, and whether the report has it.
+func (r *Report) Check(name string) (Check, bool) {
+	for _, c := range r.Checks {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return Check{}, false
+}
+
+// Reasons returns the details of the checks that decided a Refused verdict.
+func (r *Report) Reasons() []string {
+	var out []string
+	for _, c := range r.Checks {
+		if c.Status == Fail || (r.Strict && c.Status == Warn) {
+			out = append(out, c.Name+": "+c.Detail)
+		}
+	}
+	return out
+}
+
+// Decide assembles the verdict from the checks: any failure refuses, and in
+// strict mode any warning does too.
+func Decide(checks []Check, strict bool) Verdict {
+	for _, c := range checks {
+		if c.Status == Fail || (strict && c.Status == Warn) {
+			return Refused
+		}
+	}
+	return Stable
+}
+
+// Run probes opts.ConnConfig. It returns an error only when the DSN cannot
+// be used at all: the first connection fails (a *dbconn.ConnectError) or opts
+// is incomplete. Everything else, including failures of later connections,
+// is a check in the report.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if opts.ConnConfig == nil {
+		return nil, errors.New("probe: no connection config")
+	}
+	o := opts.withDefaults()
+	start := time.Now()
+	p := &run{opts: o, table: "leasectl_probe_" + nonce()}
+	rep := &Report{Strict: o.Strict, Target: dbconn.Addrs(&o.ConnConfig.Config), Key: o.Key}
+
+	if err := p.connectAll(ctx); err != nil {
+		return nil, err
+	}
+	defer p.closeAll()
+	// Cleanup runs even when ctx is cancelled (Ctrl-C): nothing may be left
+	// behind, so it gets a context of its own.
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.Timeout)
+		defer cancel()
+		rep.Checks = append(rep.Checks, p.cleanup(cctx))
+		rep.Verdict = Decide(rep.Checks, o.Strict)
+		rep.Elapsed = time.Since(start)
+		rep.ElapsedMS = float64(rep.Elapsed.Microseconds()) / 1000
+	}()
+
+	rep.Checks = append(rep.Checks, Check{CheckConnect, Pass, fmt.Sprintf("connected to %s in %s as %s", rep.Target, roundDuration(p.connectTime), o.ConnConfig.User)})
+
+	info, err := p.serverInfo(ctx)
+	if err != nil {
+		rep.Checks = append(rep.Checks, Check{CheckPrimary, Fail, "the first statement failed: " + p.explain(err) + " (did the pooler find no free server connection?)"})
+		return rep, nil
+	}
+	rep.Server = &info
+	rep.Checks = append(rep.Checks, checkPrimary(info, o.ConnConfig))
+
+	cont := p.continuityStart(ctx)
+	p.contendersReady()
+	exclusion := p.exclusion(ctx)
+	rep.Checks = append(rep.Checks, p.continuityFinish(ctx, cont, info.InRecovery), exclusion)
+
+	settings, serr, port := p.settingsVal, p.settingsErr, p.settingsPort
+	if !p.settingsRead { // no contender connected: read them on A
+		settings, serr = p.readSettings(ctx, p.a)
+		port = localPort(p.a)
+	}
+	rep.Checks = append(rep.Checks, p.proxyHints(info, settings, serr, port))
+	if serr != nil {
+		rep.Checks = append(rep.Checks, Check{CheckIdle, Warn, "cannot read server settings: " + p.explain(serr)})
+	} else {
+		rep.Checks = append(rep.Checks,
+			checkIdleSessionTimeout(settings.IdleSessionTimeout, o.HeartbeatInterval),
+			checkDeadPeer(settings, o.HeartbeatInterval, o.HeartbeatTimeout, p.viaSocket()),
+			checkPrivileges(settings))
+	}
+	return rep, nil
+}
+
+// run is the state of one probe: its connections and what they observed.
+type run struct {
+	opts        Options
+	table       string
+	a           *pgx.Conn
+	contenders  []*contender
+	connectTime time.Duration
+
+	mu sync.Mutex
+	// pids are every backend pid any probe statement ran on: the sessions
+	// that may hold the probe key and must be released.
+	pids map[uint32]bool
+	// aPIDs are the backend pids of A's statements, in order.
+	aPIDs []uint32
+	// aLocked says A took the key.
+	aLocked bool
+	// tableMaybe says the temp table may exist and must be dropped.
+	tableMaybe bool
+
+	// bg tracks the contenders' background connects.
+	bg       sync.WaitGroup
+	cancelBG context.CancelFunc
+	stopBG   func()
+	// The server settings, read on the first contender's connection.
+	settingsRead bool
+	settingsVal  serverSettings
+	settingsErr  error
+	settingsPort int
+	// aReady is closed once A's first statement has returned.
+	aReady     chan struct{}
+	aReadyOnce sync.Once
+}
+
+type contender struct {
+	conn    *pgx.Conn
+	err     error
+	tookKey bool
+	// starved says the contender got no server connection in time.
+	starved bool
+}
+
+func (p *run) connConfig() *pgx.ConnConfig {
+	cfg := p.opts.ConnConfig.Copy()
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	if cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = DefaultApplicationName
+	}
+	return cfg
+}
+
+// connectAll opens A and starts the contenders' connections, which go on in
+// the background: the probe's cost is mostly connection setup, and it must
+// not cost more than the runbook's single connection. The first contender
+// also reads the server settings while A does its first statements.
+func (p *run) connectAll(ctx context.Context) error {
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.Timeout)
+	p.cancelBG = cancel
+	stop := context.AfterFunc(ctx, cancel) // Ctrl-C still stops them
+	p.stopBG = func() { stop() }
+	start := time.Now()
+	p.aReady = make(chan struct{})
+	p.contenders = make([]*contender, p.opts.Contenders)
+	for i := range p.contenders {
+		c := &contender{}
+		p.contenders[i] = c
+		p.bg.Add(1)
+		go func() {
+			defer p.bg.Done()
+			c.conn, c.err = dbconn.Connect(bg, p.connConfig())
+			if i == 0 && c.err == nil {
+				// Wait until A has its backend: with a pool of one, A must be
+				// the one that gets it.
+				select {
+				case <-p.aReady:
+				case <-bg.Done():
+					return
+				}
+				p.settingsPort = localPort(c.conn)
+				p.settingsVal, p.settingsErr = p.readSettings(ctx, c.conn)
+				p.settingsRead = true
+				if p.settingsErr != nil && c.conn.IsClosed() {
+					// No server connection for the contender in time (a pool
+					// of one): the exclusion check reports it; A reads the
+					// settings instead.
+					c.starved, p.settingsRead = true, false
+				}
+			}
+		}()
+	}
+	actx, acancel := context.WithTimeout(ctx, p.opts.Timeout)
+	defer acancel()
+	a, err := dbconn.Connect(actx, p.connConfig())
+	p.connectTime = time.Since(start)
+	if err != nil {
+		p.closeAll()
+		return err
+	}
+	p.a = a
+	return nil
+}
+
+// contendersReady waits until every contender connected or failed to.
+func (p *run) contendersReady() { p.bg.Wait() }
+
+// closeAll closes every connection in parallel, after stopping and waiting
+// for the background connects.
+func (p *run) closeAll() {
+	p.cancelBG()
+	p.bg.Wait()
+	p.stopBG()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, conn := range append([]*pgx.Conn{p.a}, p.contenderConns()...) {
+		if conn != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); conn.Close(ctx) }()
+		}
+	}
+	wg.Wait()
+}
+
+func (p *run) contenderConns() []*pgx.Conn {
+	var out []*pgx.Conn
+	for _, c := range p.contenders {
+		if c.conn != nil {
+			out = append(out, c.conn)
+		}
+	}
+	return out
+}
+
+func (p *run) step(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, p.opts.Timeout)
+}
+
+func (p *run) sawPID(pid uint32) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pids == nil {
+		p.pids = map[uint32]bool{}
+	}
+	p.pids[pid] = true
+}
+
+func (p *run) serverInfo(ctx context.Context) (dbconn.ServerInfo, error) {
+	ctx, cancel := p.step(ctx)
+	defer cancel()
+	info, err := dbconn.Server(ctx, p.a)
+	p.aReadyOnce.Do(func() { close(p.aReady) })
+	if err == nil {
+		p.sawPID(info.BackendPID)
+		p.aPIDs = append(p.aPIDs, info.BackendPID)
+	}
+	return info, err
+}
+
+func (p *run) viaSocket() bool {
+	h := p.opts.ConnConfig.Host
+	return len(h) > 0 && h[0] == '/'
+}
+
+// explain renders an error of a probe statement, naming the pooler trap
+// when the error is its signature.
+func (p *run) explain(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Sprintf("no answer within %s", p.opts.Timeout)
+	}
+	if code := sqlState(err); code == "42P05" || code == "26000" {
+		return fmt.Sprintf("%v: prepared statements of one client appear on another client's server connection: connections are multiplexed (transaction or statement pooling)", err)
+	}
+	return err.Error()
+}
+
+func nonce() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func roundDuration(d time.Duration) time.Duration {
+	switch {
+	case d > time.Second:
+		return d.Round(10 * time.Millisecond)
+	case d > time.Millisecond:
+		return d.Round(100 * time.Microsecond)
+	default:
+		return d.Round(time.Microsecond)
+	}
+}
+
+// localPort is the client-side port of a TCP connection, or 0.
+func localPort(conn *pgx.Conn) int {
+	if addr, ok := conn.PgConn().Conn().LocalAddr().(*net.TCPAddr); ok {
+		return addr.Port
+	}
+	return 0
+}
+
+func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
