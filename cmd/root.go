@@ -109,6 +109,7 @@ while they hold the lease.`,
 
 	root.AddCommand(newProbeCmd(app))
 	root.AddCommand(newLabCmd(app))
+	root.AddCommand(newWhoCmd(app))
 	root.AddCommand(newKeysCmd(app))
 	return root
 }

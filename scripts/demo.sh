@@ -23,6 +23,9 @@ say "the trap: two clients through the transaction pooler both 'win' the same ke
 psql -X -At -d "$LEASECTL_LAB_TX_DSN" -c "select 'client A got the lock: ' || pg_try_advisory_lock(42) || ' on backend ' || pg_backend_pid()"
 psql -X -At -d "$LEASECTL_LAB_TX_DSN" -c "select 'client B got the lock: ' || pg_try_advisory_lock(42) || ' on backend ' || pg_backend_pid()"
 
+say "who holds key 42 now? a pooled server connection: both clients are gone, the lock stays"
+run 'leasectl who --all'
+
 say "leasectl probe: the direct DSN is stable..."
 run 'leasectl probe "$LEASECTL_LAB_DSN"'
 
