@@ -110,3 +110,42 @@ func Wait(conn *pgx.Conn, key int64) <-chan error {
 	}()
 	return done
 }
+
+// StandBy makes conn a polling stand-by for key, the way a replica that
+// leaves the server's lock queue alone stands by: it retries
+// pg_try_advisory_lock(key) every interval until it gets the key. The
+// returned channel is closed once conn holds it; until then the test must
+// not use conn. The polling stops when the test ends.
+func StandBy(t testing.TB, conn *pgx.Conn, key int64, every time.Duration) <-chan struct{} {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	got, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			var ok bool
+			if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&ok); err == nil && ok {
+				close(got)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(every):
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-stopped })
+	return got
+}
+
+// Alive reports whether backend pid still exists, as conn sees
+// pg_stat_activity.
+func Alive(t testing.TB, conn *pgx.Conn, pid int32) bool {
+	t.Helper()
+	var alive bool
+	if err := conn.QueryRow(context.Background(), "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)", pid).Scan(&alive); err != nil {
+		t.Fatal(err)
+	}
+	return alive
+}
