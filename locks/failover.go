@@ -3,6 +3,9 @@ package locks
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -15,6 +18,26 @@ func (l Lease) Name() string {
 		return l.Role
 	}
 	return "key " + l.Key.String()
+}
+
+// Describe names a session in one line, "pid 6330 (poller-a,
+// 10.0.4.17:54646)", leaving out what the server withheld.
+func (s Session) Describe() string {
+	if s.Prepared != nil {
+		return fmt.Sprintf("prepared transaction %q", s.Prepared.GID)
+	}
+	var about []string
+	if s.Application != "" {
+		about = append(about, s.Application)
+	}
+	if s.ClientAddr != "" {
+		about = append(about, net.JoinHostPort(s.ClientAddr, strconv.Itoa(int(s.ClientPort))))
+	}
+	out := "pid " + strconv.Itoa(int(s.PID))
+	if len(about) > 0 {
+		out += " (" + strings.Join(about, ", ") + ")"
+	}
+	return out
 }
 
 // Target is what a forced failover acts on, as it was looked up: the
@@ -122,8 +145,8 @@ func (t *Target) Failover(ctx context.Context, q Querier, o FailoverOptions) (*F
 		return nil, fmt.Errorf("fail over %s: %w", t.Lease.Name(), err)
 	}
 	res := &Failover{Target: t, Termination: term}
-	tk, err := AwaitTakeover(ctx, q, t.Lease.Key, t.Holder, AwaitOptions{
-		Since: term.At, Within: o.Wait, Poll: o.Poll, ReadTimeout: o.TerminateTimeout,
+	tk, err := AwaitTakeover(ctx, q, t.Lease.Key, t.Holder, term, AwaitOptions{
+		Within: o.Wait, Poll: o.Poll, ReadTimeout: o.TerminateTimeout,
 	})
 	if err != nil {
 		return res, fmt.Errorf("%s: %w", t.Lease.Name(), err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -82,13 +83,21 @@ type Termination struct {
 	// backend was still there when the timeout passed (the server logs a
 	// WARNING); it may still exit.
 	Gone bool
+	// Sent is when the statement was sent (the client's clock, with its
+	// monotonic reading): the signal goes out a round trip's half later.
+	Sent time.Time
+	// ServerStart is the server's clock at the start of the statement
+	// (statement_timestamp()), just before it sent the signal.
+	ServerStart time.Time
 	// Took is how long the statement took: signalling, and waiting for the
-	// backend to exit.
+	// backend to exit. pg_terminate_backend checks for the exit every
+	// 100 ms, so this is rarely less, although the backend (and its lock)
+	// is usually gone within a millisecond or two.
 	Took time.Duration
-	// At is when the statement returned (the client's clock, with its
-	// monotonic reading): the start of a takeover's measured time.
-	At time.Time
 }
+
+// Returned is when the statement returned.
+func (t Termination) Returned() time.Time { return t.Sent.Add(t.Took) }
 
 // TerminateSQL terminates the holder of one advisory key in one statement,
 // so that nothing can change between the check and the kill: it terminates
@@ -105,8 +114,9 @@ type Termination struct {
 // timeout passed first. With timeout 0 it would return true as soon as the
 // signal was sent, which says nothing about the lock. The CASE calls it
 // only when every condition holds (it is volatile, so never pre-computed);
-// terminated is NULL when the holder changed.
-const TerminateSQL = `SELECT pg_is_in_recovery() AS standby,
+// terminated is NULL when the holder changed. statement_timestamp() is the
+// server's clock just before the signal, for measuring the takeover.
+const TerminateSQL = `SELECT statement_timestamp() AS signalled, pg_is_in_recovery() AS standby,
        $3::int = pg_backend_pid() AS own,
        CASE WHEN NOT pg_is_in_recovery() AND $3::int <> pg_backend_pid() AND EXISTS (
               SELECT FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
@@ -141,13 +151,12 @@ func Terminate(ctx context.Context, q Querier, key Key, holder Session, timeout 
 	// moment.
 	sctx, cancel := context.WithTimeout(ctx, timeout+2*time.Second)
 	defer cancel()
-	began := time.Now()
+	t.Sent = time.Now()
 	var standby, own bool
 	var terminated *bool
-	err := queryRow(sctx, q, []any{&standby, &own, &terminated}, TerminateSQL,
+	err := queryRow(sctx, q, []any{&t.ServerStart, &standby, &own, &terminated}, TerminateSQL,
 		int64(classid), int64(objid), holder.PID, int16(key.Form), start, timeout.Milliseconds())
-	t.At = time.Now()
-	t.Took = t.At.Sub(began)
+	t.Took = time.Since(t.Sent)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &pgErr) && pgErr.Code == "42501":
@@ -207,14 +216,38 @@ func queryRow(ctx context.Context, q Querier, dest []any, sql string, args ...an
 type Takeover struct {
 	// Holder is the new holder.
 	Holder Session
-	// After is the time from the termination's return until a read saw the
-	// new holder: an upper bound on the takeover, at most one poll interval
-	// and one round trip late.
+	// After is the measured takeover time: how long after the signal the
+	// new holder held the key, at most. It is the smaller of two upper
+	// bounds: the client's, from sending the termination to the read that
+	// saw the new holder (never much under the termination's 100 ms exit
+	// check, since reads start after it returns), and, when ByServerClock,
+	// the server's: from the statement's start to the new holder's last
+	// state change, which for an idle session is the end of the statement
+	// that took the key, or later.
 	After time.Duration
-	// Now is the server's clock at that read, for the holder's ages.
+	// ByServerClock says that After comes from the server's clock.
+	ByServerClock bool
+	// Now is the server's clock at the read that saw the new holder, for
+	// the holder's ages.
 	Now time.Time
 	// Polls is how many reads it took.
 	Polls int
+}
+
+// measureTakeover bounds the takeover by h, seen by the client at seen,
+// after term (see [Takeover.After]).
+func measureTakeover(term Termination, h Session, seen time.Time) (time.Duration, bool) {
+	after := seen.Sub(term.Sent)
+	// An idle session changed state last when a statement ended, after it
+	// took the key; an active one may still be in the statement that took
+	// it, whose start says nothing. A state change before the signal was
+	// not this takeover's.
+	if strings.HasPrefix(h.State, "idle") && !term.ServerStart.IsZero() && h.StateChange.After(term.ServerStart) {
+		if d := h.StateChange.Sub(term.ServerStart); d < after {
+			return d, true
+		}
+	}
+	return after, false
 }
 
 // IsTakeover reports whether s, a holder of the key, is a session other
@@ -233,9 +266,8 @@ func IsTakeover(old, s Session) bool {
 
 // AwaitOptions configure [AwaitTakeover].
 type AwaitOptions struct {
-	// Since is when the old holder was terminated ([Termination.At]).
-	Since time.Time
-	// Within is how long after Since to wait for a new holder.
+	// Within is how long to wait for a new holder after the termination
+	// returned.
 	Within time.Duration
 	// Poll is the pause between reads; default 10ms.
 	Poll time.Duration
@@ -244,18 +276,19 @@ type AwaitOptions struct {
 }
 
 // AwaitTakeover reads the key's holders every o.Poll until a session other
-// than old holds it ([IsTakeover]) and returns it with the measured time
-// since o.Since. When none does by o.Since + o.Within the error wraps
-// [ErrNoTakeover]. Each read has its own timeout, so giving up never
-// cancels a query (which would close the connection).
-func AwaitTakeover(ctx context.Context, q Querier, key Key, old Session, o AwaitOptions) (Takeover, error) {
+// than old, which term terminated, holds it ([IsTakeover]), and returns it
+// with the measured takeover time. When none does within o.Within of the
+// termination's return the error wraps [ErrNoTakeover]. Each read has its
+// own timeout, so giving up never cancels a query (which would close the
+// connection).
+func AwaitTakeover(ctx context.Context, q Querier, key Key, old Session, term Termination, o AwaitOptions) (Takeover, error) {
 	if o.Poll <= 0 {
 		o.Poll = 10 * time.Millisecond
 	}
 	if o.ReadTimeout <= 0 {
 		o.ReadTimeout = 5 * time.Second
 	}
-	deadline := o.Since.Add(o.Within)
+	deadline := term.Returned().Add(o.Within)
 	f := Filter{Keys: []Key{key}}
 	for polls := 1; ; polls++ {
 		rctx, cancel := context.WithTimeout(ctx, o.ReadTimeout)
@@ -267,7 +300,8 @@ func AwaitTakeover(ctx context.Context, q Querier, key Key, old Session, o Await
 		seen := time.Now()
 		for _, h := range snap.Find(key).Holders {
 			if IsTakeover(old, h) {
-				return Takeover{Holder: h, After: seen.Sub(o.Since), Now: snap.Now, Polls: polls}, nil
+				after, server := measureTakeover(term, h, seen)
+				return Takeover{Holder: h, After: after, ByServerClock: server, Now: snap.Now, Polls: polls}, nil
 			}
 		}
 		if !seen.Before(deadline) {

@@ -59,11 +59,11 @@ func TestFailoverTerminatesExactlyTheHolderAndAStandByTakesOver(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !res.Termination.Gone || res.Termination.PID != leaderPID || res.Termination.At.IsZero() {
+			if !res.Termination.Gone || res.Termination.PID != leaderPID || res.Termination.Sent.IsZero() || res.Termination.ServerStart.IsZero() {
 				t.Errorf("termination %+v, want pid %d gone", res.Termination, leaderPID)
 			}
 			if res.Takeover == nil || res.Takeover.Holder.PID != standbyPID || res.Takeover.Holder.Application != "standby-b" ||
-				res.Takeover.After <= 0 || res.Takeover.Polls < 1 {
+				res.Takeover.After <= 0 || res.Takeover.Polls < 1 || !res.Takeover.ByServerClock {
 				t.Fatalf("takeover %+v, want the stand-by pid %d", res.Takeover, standbyPID)
 			}
 			if pgtest.Alive(t, observer, leaderPID) {
