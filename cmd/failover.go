@@ -227,8 +227,11 @@ func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, wai
 		fmt.Fprintf(&b, "%s pid %d took over %s within %s of the signal (%s clock): application %s, client %s\n",
 			paint(st.OK, "✓"), h.PID, name, fmtMillis(tk.After), takeoverClock(tk), orQuoted(h.Application), client)
 	} else {
-		fmt.Fprintf(&b, "%s no stand-by took over %s within %s: the key is free or still held by pid %d\n",
-			paint(st.Fail, "✗"), name, wait, term.PID)
+		state := "the key is free: are the stand-bys running?"
+		if !term.Gone {
+			state = fmt.Sprintf("pid %d may still hold the key", term.PID)
+		}
+		fmt.Fprintf(&b, "%s no stand-by took over %s within %s: %s\n", paint(st.Fail, "✗"), name, wait, state)
 	}
 	fmt.Fprintf(&b, "\nThe old holder's worker may run on until it notices it lost its session: a worker on the lease package notices within milliseconds, others at their next heartbeat.\n")
 	if t.ViaProxy {

@@ -167,6 +167,8 @@ func OneLeader(l locks.Lease, now time.Time, staleAfter time.Duration) Result {
 			r.Detail += fmt.Sprintf(", idle %s", idle.Round(time.Second))
 		} else if h.Hidden {
 			r.Detail += " (its state is hidden from this role: staleness unknown)"
+		} else if h.State != "" {
+			r.Detail += ", " + h.State
 		}
 	}
 	return r
