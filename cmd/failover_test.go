@@ -277,6 +277,10 @@ func TestFailoverRefusesAStandbyServer(t *testing.T) {
 	if res.Code != ExitUsage || !strings.Contains(res.Stderr, "standby") || !strings.Contains(res.Stderr, "fences nothing on the primary") {
 		t.Errorf("exit %d, stderr %q; want 2, refusing a standby", res.Code, res.Stderr)
 	}
+	vres := runCLI(t, nil, "--dsn", testLab.StandbyDSN(), "--keys", foKeys(t), "verify", "poller", "--failover", "--yes")
+	if vres.Code != ExitUsage || !strings.Contains(vres.Stderr, "standby") {
+		t.Errorf("verify on a standby: exit %d, stderr %q; want 2", vres.Code, vres.Stderr)
+	}
 	if err := conn.Ping(context.Background()); err != nil {
 		t.Errorf("the standby's holder was terminated: %v", err)
 	}
@@ -306,13 +310,7 @@ func TestFailoverThroughPoolers(t *testing.T) {
 	}
 
 	const key = foSchedulerKey
-	stranding := pgtest.Conn(t, testLab.PoolerDSN("tx1"), "stranding-client")
-	hold(t, stranding, key)
-	stranding.Close(ctx)
-	t.Cleanup(func() {
-		again := pgtest.Conn(t, testLab.PoolerDSN("tx1"), "")
-		_, _ = locks.Unlock(ctx, again, key)
-	})
+	pgtest.Strand(t, testLab, "tx1", key)
 	before := holders(t, key)
 	res = runCLI(t, nil, "--dsn", testLab.PoolerDSN("tx1"), "--keys", foKeys(t), "failover", "scheduler", "--yes")
 	if res.Code != ExitUsage || !strings.Contains(res.Stderr, "connect to the server directly") {

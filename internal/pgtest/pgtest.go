@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/locks"
 )
 
 // Conn opens a connection to dsn whose pg_stat_activity row carries
@@ -148,4 +149,20 @@ func Alive(t testing.TB, conn *pgx.Conn, pid int32) bool {
 		t.Fatal(err)
 	}
 	return alive
+}
+
+// Strand strands key on a pooled server connection the way FACTS.md says it
+// happens: a client takes it through the named pooler of l and leaves; the
+// server connection keeps it. The pooler must be a transaction pool of one
+// ("tx1"), so that the next client gets the same backend: that is how the
+// lock is released when the test ends.
+func Strand(t testing.TB, l *lab.Lab, pooler string, key int64) {
+	t.Helper()
+	ctx := context.Background()
+	client := Conn(t, l.PoolerDSN(pooler), "stranding-client")
+	Exec(t, client, "SELECT pg_advisory_lock($1)", key)
+	client.Close(ctx)
+	t.Cleanup(func() {
+		_, _ = locks.Unlock(ctx, Conn(t, l.PoolerDSN(pooler), ""), key)
+	})
 }
