@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -147,7 +148,7 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 		}
 		return err
 	}
-	if werr := renderFailover(app.IO.Out, st, color, res, opts.Wait, app.Global.Timeout); werr != nil {
+	if werr := renderFailover(app.IO.Out, st, color, res, err, opts.Wait, app.Global.Timeout); werr != nil {
 		return werr
 	}
 	return err
@@ -204,8 +205,9 @@ func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr stri
 	return nil
 }
 
-// renderFailover reports the termination and the takeover.
-func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, wait, timeout time.Duration) error {
+// renderFailover reports the termination and the takeover; waitErr is why
+// there was none.
+func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, waitErr error, wait, timeout time.Duration) error {
 	paint := painter(color)
 	t, term := res.Target, res.Termination
 	name := t.Lease.Name()
@@ -226,6 +228,8 @@ func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, wai
 		}
 		fmt.Fprintf(&b, "%s pid %d took over %s within %s of the signal (%s clock): application %s, client %s\n",
 			paint(st.OK, "✓"), h.PID, name, fmtMillis(tk.After), takeoverClock(tk), orQuoted(h.Application), client)
+	} else if !errors.Is(waitErr, locks.ErrNoTakeover) {
+		fmt.Fprintf(&b, "%s could not watch for a stand-by taking over %s: %v\n", paint(st.Fail, "✗"), name, waitErr)
 	} else {
 		state := "the key is free: are the stand-bys running?"
 		if !term.Gone {
