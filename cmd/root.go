@@ -2,6 +2,8 @@ package cmd
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"strings"
@@ -57,6 +59,11 @@ func Run(ctx context.Context, app *App, args []string) int {
 		if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown shorthand flag") ||
 			strings.HasPrefix(err.Error(), "unknown flag") {
 			err = &UsageError{Err: err}
+		}
+		var connErr *dbconn.ConnectError
+		if errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &connErr) && ctx.Err() == nil {
+			// Connected, then a statement got no answer in time.
+			err = fmt.Errorf("%w (no answer within --timeout %s: a pooler with no free server connection, or an overloaded server? raise --timeout)", err, app.Global.Timeout)
 		}
 		printError(app.IO.ErrOut, c, err)
 	}
