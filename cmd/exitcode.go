@@ -11,6 +11,7 @@ import (
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/locks"
 	"github.com/spf13/cobra"
 )
 
@@ -70,6 +71,7 @@ func ExitCode(err error) int {
 		refMissing  *keys.RefNotFoundError
 		notAtRef    *keys.NotAtRefError
 		noBase      *keys.NoBaseError
+		permission  *locks.PermissionError
 	)
 	switch {
 	case err == nil:
@@ -82,7 +84,14 @@ func ExitCode(err error) int {
 		errors.As(err, &notAtRef), errors.As(err, &noBase):
 		// keys diff could not read its base version: a wrong ref or path, or no release yet
 		return ExitUsage
-	case errors.As(err, &check):
+	case errors.Is(err, locks.ErrStandby), errors.Is(err, locks.ErrOwnSession):
+		// failover or verify pointed at the wrong server: a standby, or the
+		// holder itself through a pooler
+		return ExitUsage
+	case errors.As(err, &permission):
+		return ExitUnavailable
+	case errors.As(err, &check), errors.Is(err, locks.ErrNoHolder), errors.Is(err, locks.ErrHolderChanged),
+		errors.Is(err, locks.ErrNotALease), errors.Is(err, locks.ErrNoTakeover):
 		return ExitCheckFailed
 	case errors.As(err, &connErr), errors.As(err, &missingBin):
 		return ExitUnavailable

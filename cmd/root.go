@@ -118,6 +118,7 @@ while they hold the lease.`,
 	root.AddCommand(newLabCmd(app))
 	root.AddCommand(newWhoCmd(app))
 	root.AddCommand(newKeysCmd(app))
+	root.AddCommand(newFailoverCmd(app), newVerifyCmd(app))
 	return root
 }
 

@@ -3,7 +3,6 @@ package cmd
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/charmbracelet/lipgloss"
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/keys"
@@ -176,18 +174,11 @@ func isInteger(s string) bool {
 // file was named.
 func (opts *whoOptions) selection() (whoSelection, error) {
 	var sel whoSelection
-	app := opts.app
-	f, err := app.LoadKeys()
-	var missing *keys.NotFoundError
-	if errors.As(err, &missing) && app.Global.Keys == "" && app.Getenv("LEASECTL_KEYS") == "" && (opts.All || allKeys(opts.Args)) {
-		f, err = &keys.File{Path: missing.Path}, nil
-	}
+	f, err := loadRoleMap(opts.app, opts.All || allKeys(opts.Args))
 	if err != nil {
 		return sel, err
 	}
-	for _, e := range f.Roles {
-		sel.roles = append(sel.roles, locks.Role{Name: e.Name, Key: e.Key})
-	}
+	sel.roles = roleMap(f)
 	if len(opts.Args) == 0 {
 		for _, r := range sel.roles {
 			sel.want = append(sel.want, locks.BigintKey(r.Key))
@@ -198,13 +189,9 @@ func (opts *whoOptions) selection() (whoSelection, error) {
 		return sel, nil
 	}
 	for _, a := range opts.Args {
-		if e, ok := f.Role(a); ok {
-			sel.want = append(sel.want, locks.BigintKey(e.Key))
-			continue
-		}
-		k, err := locks.ParseAnyKey(a)
+		k, err := roleOrKey(f, a)
 		if err != nil {
-			return sel, unknownRoleError(a, f)
+			return sel, err
 		}
 		sel.want = append(sel.want, k)
 	}
@@ -218,14 +205,6 @@ func allKeys(args []string) bool {
 		}
 	}
 	return len(args) > 0
-}
-
-func unknownRoleError(name string, f *keys.File) error {
-	if len(f.Roles) == 0 {
-		return &InputError{Err: fmt.Errorf("unknown role %q: %s has no roles; give a numeric key (k or k1,k2) instead", name, f.Path)}
-	}
-	return &InputError{Err: fmt.Errorf("unknown role %q: %s has %s (or give a numeric key: k or k1,k2)",
-		name, f.Path, strings.Join(f.Names(), ", "))}
 }
 
 // whoView is one reading: the server that answered and the leases to show.
@@ -264,24 +243,17 @@ func (v *whoView) checkError() error {
 		}
 		switch l.Health(v.now, v.staleAfter) {
 		case locks.NoHolder:
-			bad = append(bad, leaseName(l)+" has no holder")
+			bad = append(bad, l.Name()+" has no holder")
 		case locks.StaleHolder:
 			h, _ := l.Holder()
 			idle, _ := h.Idle(v.now)
-			bad = append(bad, fmt.Sprintf("%s's holder %s is stale (idle %s > --stale %s)", leaseName(l), holderName(h), fmtAge(idle), v.staleAfter))
+			bad = append(bad, fmt.Sprintf("%s's holder %s is stale (idle %s > --stale %s)", l.Name(), holderName(h), fmtAge(idle), v.staleAfter))
 		}
 	}
 	if len(bad) == 0 {
 		return nil
 	}
 	return &CheckFailedError{Message: "who --check: " + strings.Join(bad, "; ")}
-}
-
-func leaseName(l locks.Lease) string {
-	if l.Role != "" {
-		return l.Role
-	}
-	return "key " + l.Key.String()
 }
 
 func holderName(s locks.Session) string {
@@ -378,19 +350,9 @@ func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
 // ---- text ----
 
 func renderWhoText(w io.Writer, st styles, color bool, v *whoView) error {
-	paint := func(s lipgloss.Style, text string) string {
-		if !color {
-			return text // lipgloss costs microseconds a cell; --all can have 10,000 rows
-		}
-		return s.Render(text)
-	}
+	paint := painter(color)
 	var head strings.Builder
-	addr := v.addr
-	if v.server.Addr != "" {
-		addr = net.JoinHostPort(v.server.Addr, strconv.Itoa(v.server.Port))
-	}
-	fmt.Fprintf(&head, "%s %s · PostgreSQL %s · database %s · as %s\n", paint(st.Bold, "server"), addr,
-		shortVersion(v.server.Version), v.server.Database, v.server.User)
+	head.WriteString(serverLine(st, color, v.server, v.addr))
 	if v.server.InRecovery {
 		fmt.Fprintf(&head, "%s this server is a standby: its advisory locks are its own and say nothing about the primary's leases; point --dsn at the primary\n",
 			paint(st.Warn, "⚠ standby:"))
@@ -606,10 +568,10 @@ func whoJSONOf(v *whoView) whoJSON {
 		}
 		lj.Health = map[locks.Health]string{locks.Healthy: "ok", locks.NoHolder: "no_holder", locks.StaleHolder: "stale"}[l.Health(v.now, v.staleAfter)]
 		for _, s := range l.Holders {
-			lj.Holders = append(lj.Holders, sessionJSONOf(s, v))
+			lj.Holders = append(lj.Holders, sessionJSONOf(s, v.now, v.staleAfter))
 		}
 		for _, s := range l.Waiters {
-			lj.Waiters = append(lj.Waiters, sessionJSONOf(s, v))
+			lj.Waiters = append(lj.Waiters, sessionJSONOf(s, v.now, v.staleAfter))
 		}
 		out.Leases = append(out.Leases, lj)
 	}
@@ -620,9 +582,11 @@ func whoJSONOf(v *whoView) whoJSON {
 	return out
 }
 
-func sessionJSONOf(s locks.Session, v *whoView) sessionJSON {
+// sessionJSONOf renders s as read at now; staleAfter 0 means no staleness
+// threshold applies (stale is false).
+func sessionJSONOf(s locks.Session, now time.Time, staleAfter time.Duration) sessionJSON {
 	j := sessionJSON{Mode: "exclusive", User: s.User, ApplicationName: s.Application,
-		Stale: s.Stale(v.now, v.staleAfter), Hidden: s.Hidden, Gone: s.Gone}
+		Stale: staleAfter > 0 && s.Stale(now, staleAfter), Hidden: s.Hidden, Gone: s.Gone}
 	if s.Shared {
 		j.Mode = "shared"
 	}
@@ -638,10 +602,10 @@ func sessionJSONOf(s locks.Session, v *whoView) sessionJSON {
 	if s.State != "" {
 		j.State = &s.State
 	}
-	if d, ok := s.Idle(v.now); ok {
+	if d, ok := s.Idle(now); ok {
 		j.IdleSeconds = secondsOf(d)
 	}
-	if d, ok := s.Waited(v.now); ok {
+	if d, ok := s.Waited(now); ok {
 		j.WaitSeconds = secondsOf(d)
 	}
 	return j

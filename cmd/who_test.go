@@ -214,17 +214,8 @@ func TestWhoShowsPreparedTransactionWithoutPID(t *testing.T) {
 // happens: a client takes it through a transaction pooler and leaves; the
 // pooled server connection keeps it and idles.
 func TestWhoFlagsAStrandedLockAsStale(t *testing.T) {
-	ctx := context.Background()
 	keysPath := whoKeys(t)
-	client := pgtest.Conn(t, testLab.PoolerDSN("tx1"), "stranding-client")
-	hold(t, client, schedulerKey)
-	client.Close(ctx)
-	t.Cleanup(func() {
-		// tx1 has one server connection: the next client gets the same
-		// backend and can release what the first one left.
-		again := pgtest.Conn(t, testLab.PoolerDSN("tx1"), "")
-		_, _ = locks.Unlock(ctx, again, schedulerKey)
-	})
+	pgtest.Strand(t, testLab, "tx1", schedulerKey)
 	if res := who(t, keysPath, "scheduler", "--check"); res.Code != 0 {
 		t.Fatalf("a fresh holder: --check exit %d, want 0\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}

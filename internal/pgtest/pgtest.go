@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/locks"
 )
 
 // Conn opens a connection to dsn whose pg_stat_activity row carries
@@ -109,4 +110,59 @@ func Wait(conn *pgx.Conn, key int64) <-chan error {
 		done <- err
 	}()
 	return done
+}
+
+// StandBy makes conn a polling stand-by for key, the way a replica that
+// leaves the server's lock queue alone stands by: it retries
+// pg_try_advisory_lock(key) every interval until it gets the key. The
+// returned channel is closed once conn holds it; until then the test must
+// not use conn. The polling stops when the test ends.
+func StandBy(t testing.TB, conn *pgx.Conn, key int64, every time.Duration) <-chan struct{} {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	got, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			var ok bool
+			if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&ok); err == nil && ok {
+				close(got)
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(every):
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-stopped })
+	return got
+}
+
+// Alive reports whether backend pid still exists, as conn sees
+// pg_stat_activity.
+func Alive(t testing.TB, conn *pgx.Conn, pid int32) bool {
+	t.Helper()
+	var alive bool
+	if err := conn.QueryRow(context.Background(), "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)", pid).Scan(&alive); err != nil {
+		t.Fatal(err)
+	}
+	return alive
+}
+
+// Strand strands key on a pooled server connection the way FACTS.md says it
+// happens: a client takes it through the named pooler of l and leaves; the
+// server connection keeps it. The pooler must be a transaction pool of one
+// ("tx1"), so that the next client gets the same backend: that is how the
+// lock is released when the test ends.
+func Strand(t testing.TB, l *lab.Lab, pooler string, key int64) {
+	t.Helper()
+	ctx := context.Background()
+	client := Conn(t, l.PoolerDSN(pooler), "stranding-client")
+	Exec(t, client, "SELECT pg_advisory_lock($1)", key)
+	client.Close(ctx)
+	t.Cleanup(func() {
+		_, _ = locks.Unlock(ctx, Conn(t, l.PoolerDSN(pooler), ""), key)
+	})
 }
