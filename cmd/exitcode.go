@@ -12,6 +12,7 @@ import (
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/lab"
 	"github.com/leasectl/leasectl/lease"
+	"github.com/leasectl/leasectl/locks"
 	"github.com/spf13/cobra"
 )
 
@@ -66,6 +67,12 @@ func ExitCode(err error) int {
 		missingBin  *lab.MissingBinaryError
 		running     *lab.AlreadyRunningError
 		pgErr       *pgconn.PgError
+		gitErr      *keys.GitError
+		notRepo     *keys.NotRepoError
+		refMissing  *keys.RefNotFoundError
+		notAtRef    *keys.NotAtRefError
+		noBase      *keys.NoBaseError
+		permission  *locks.PermissionError
 		childExit   *lease.ExitError
 		leaseCfg    *lease.ConfigError
 		startErr    *lease.StartError
@@ -81,7 +88,18 @@ func ExitCode(err error) int {
 		errors.As(err, &keysInvalid), errors.As(err, &keysMissing), errors.As(err, &running),
 		errors.Is(err, lab.ErrNoLab):
 		return ExitUsage
-	case errors.As(err, &check):
+	case errors.As(err, &gitErr), errors.As(err, &notRepo), errors.As(err, &refMissing),
+		errors.As(err, &notAtRef), errors.As(err, &noBase):
+		// keys diff could not read its base version: a wrong ref or path, or no release yet
+		return ExitUsage
+	case errors.Is(err, locks.ErrStandby), errors.Is(err, locks.ErrOwnSession):
+		// failover or verify pointed at the wrong server: a standby, or the
+		// holder itself through a pooler
+		return ExitUsage
+	case errors.As(err, &permission):
+		return ExitUnavailable
+	case errors.As(err, &check), errors.Is(err, locks.ErrNoHolder), errors.Is(err, locks.ErrHolderChanged),
+		errors.Is(err, locks.ErrNotALease), errors.Is(err, locks.ErrNoTakeover):
 		return ExitCheckFailed
 	case errors.As(err, &connErr), errors.As(err, &missingBin):
 		return ExitUnavailable

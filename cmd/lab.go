@@ -40,6 +40,9 @@ names with passfile=.`,
   leasectl probe "$LEASECTL_LAB_TX_DSN"
   leasectl lab down`,
 		Args: noArgs,
+		RunE: func(c *cobra.Command, args []string) error {
+			return usageErrorf("%q needs a subcommand: up, down, env or status", c.CommandPath())
+		},
 	}
 	c.PersistentFlags().StringVar(&opts.Dir, "dir", lab.DefaultDir(), "state directory of the lab")
 	c.AddCommand(newLabUpCmd(opts), newLabDownCmd(opts), newLabEnvCmd(opts), newLabStatusCmd(opts))

@@ -52,6 +52,9 @@ func TestProbeCommandVerdictsAndExitCodes(t *testing.T) {
 			if strings.Contains(res.Stdout, "\x1b[") {
 				t.Errorf("styled output to a non-terminal:\n%s", res.Stdout)
 			}
+			if !strings.Contains(res.Stdout, "✓ cleanup") {
+				t.Errorf("the probe left something behind:\n%s", res.Stdout)
+			}
 		})
 	}
 }

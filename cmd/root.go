@@ -2,6 +2,8 @@ package cmd
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"strings"
@@ -58,6 +60,11 @@ func Run(ctx context.Context, app *App, args []string) int {
 			strings.HasPrefix(err.Error(), "unknown flag") {
 			err = &UsageError{Err: err}
 		}
+		var connErr *dbconn.ConnectError
+		if errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &connErr) && ctx.Err() == nil {
+			// Connected, then a statement got no answer in time.
+			err = fmt.Errorf("%w (no answer within --timeout %s: a pooler with no free server connection, or an overloaded server? raise --timeout)", err, app.Global.Timeout)
+		}
 		printError(app.IO.ErrOut, c, err)
 	}
 	return ExitCode(err)
@@ -109,6 +116,9 @@ while they hold the lease.`,
 
 	root.AddCommand(newProbeCmd(app))
 	root.AddCommand(newLabCmd(app))
+	root.AddCommand(newWhoCmd(app))
+	root.AddCommand(newKeysCmd(app))
+	root.AddCommand(newFailoverCmd(app), newVerifyCmd(app))
 	root.AddCommand(newRunCmd(app))
 	return root
 }
@@ -175,6 +185,9 @@ func (a *App) Color() bool {
 
 // errNoArgs is a cobra.PositionalArgs that accepts none, as a usage error.
 func noArgs(c *cobra.Command, args []string) error {
+	if len(args) > 0 && c.HasSubCommands() {
+		return usageErrorf("unknown command %q for %q", args[0], c.CommandPath())
+	}
 	if len(args) > 0 {
 		return usageErrorf("%q takes no arguments, got %q", c.CommandPath(), args[0])
 	}

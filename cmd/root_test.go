@@ -17,6 +17,8 @@ func TestUsageErrorsExit2WithUsage(t *testing.T) {
 		{"-o", "yaml", "lab", "status"},
 		{"--timeout", "0s", "lab", "status"},
 		{"lab", "up", "--pooler", "x=nonsense"},
+		{"lab"},
+		{"lab", "bogus"},
 	} {
 		res := runCLI(t, nil, args...)
 		if res.Code != ExitUsage {

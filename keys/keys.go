@@ -6,15 +6,19 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"strconv"
+	"sort"
 	"strings"
-
-	"go.yaml.in/yaml/v3"
 )
 
-// MaxFileSize bounds how much of a keys file is read; a deployment's role map
-// is a few hundred bytes, so anything larger is a mistake or an attack.
-const MaxFileSize = 1 << 20
+// MaxFileSize bounds how much of a keys file is read. A deployment's role map
+// is a few hundred bytes (256 KiB holds thousands of roles), so anything
+// larger is a mistake or an attack; the bound also caps the memory the YAML
+// parser may use, which is about a hundred times the input size.
+const MaxFileSize = 256 << 10
+
+// maxProblems bounds how many problems one file reports: a hostile file can
+// hold tens of thousands of them, and nobody reads past the first screen.
+const maxProblems = 100
 
 // Entry is one role and its key, with the line it was declared on.
 type Entry struct {
@@ -31,17 +35,26 @@ type File struct {
 	Roles []Entry
 	// Retired are keys of removed roles that must never be reused.
 	Retired []Entry
+	// RolesLine and RetiredLine are the lines of the "roles:" and
+	// "retired:" fields (0 when absent), where findings about something
+	// missing from a section are reported.
+	RolesLine, RetiredLine int
 }
 
 // Problem is one thing wrong with a keys file, at a line (0 when the problem
 // concerns the file as a whole).
 type Problem struct {
-	Line    int
+	// Rule is the stable name of the lint rule that found the problem,
+	// one of [LintRules].
+	Rule string
+	Line int
+	// Role is the role the problem is about, when there is one.
+	Role    string
 	Message string
 }
 
 // InvalidError reports a keys file that cannot be used. It lists every
-// problem found, not just the first.
+// problem found (up to a bound), not just the first.
 type InvalidError struct {
 	Path     string
 	Problems []Problem
@@ -52,14 +65,20 @@ func (e *InvalidError) Error() string {
 	fmt.Fprintf(&b, "%s is not a valid keys file", e.Path)
 	for _, p := range e.Problems {
 		b.WriteString("\n  ")
-		if p.Line > 0 {
-			fmt.Fprintf(&b, "%s:%d: ", e.Path, p.Line)
-		} else {
-			fmt.Fprintf(&b, "%s: ", e.Path)
-		}
+		b.WriteString(p.Location(e.Path))
+		b.WriteString(": ")
 		b.WriteString(p.Message)
 	}
 	return b.String()
+}
+
+// Location renders where the problem is, as path:line (or path alone when
+// the problem concerns the whole file), the form editors and CI logs link.
+func (p Problem) Location(path string) string {
+	if p.Line > 0 {
+		return fmt.Sprintf("%s:%d", path, p.Line)
+	}
+	return path
 }
 
 // NotFoundError reports a keys file that does not exist.
@@ -73,18 +92,22 @@ func (e *NotFoundError) Error() string {
 
 // Role returns the active role called name.
 func (f *File) Role(name string) (Entry, bool) {
-	for _, e := range f.Roles {
-		if e.Name == name {
-			return e, true
-		}
-	}
-	return Entry{}, false
+	return find(f.Roles, func(e Entry) bool { return e.Name == name })
 }
 
 // ByKey returns the active role that uses key.
 func (f *File) ByKey(key int64) (Entry, bool) {
-	for _, e := range f.Roles {
-		if e.Key == key {
+	return find(f.Roles, func(e Entry) bool { return e.Key == key })
+}
+
+// RetiredRole returns the retired entry called name.
+func (f *File) RetiredRole(name string) (Entry, bool) {
+	return find(f.Retired, func(e Entry) bool { return e.Name == name })
+}
+
+func find(entries []Entry, match func(Entry) bool) (Entry, bool) {
+	for _, e := range entries {
+		if match(e) {
 			return e, true
 		}
 	}
@@ -100,119 +123,77 @@ func (f *File) Names() []string {
 	return names
 }
 
-// Load reads and parses the keys file at path.
+// Load reads the keys file at path and checks it with every lint rule: it
+// returns an [*InvalidError] listing every problem, or the file.
 func Load(path string) (*File, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, data)
+}
+
+// ReadFile reads at most [MaxFileSize]+1 bytes of the keys file at path (one
+// more than allowed, so that Parse can tell the file is too large). A file
+// that does not exist is a [*NotFoundError]; one that cannot be read (a
+// directory, no permission) is an [*InvalidError].
+func ReadFile(path string) ([]byte, error) {
 	fh, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, &NotFoundError{Path: path}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read keys file: %w", err)
+		return nil, unreadable(path, err)
 	}
 	defer fh.Close()
 	data, err := io.ReadAll(io.LimitReader(fh, MaxFileSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("read keys file %s: %w", path, err)
+		return nil, unreadable(path, err)
 	}
-	return Parse(path, data)
+	return data, nil
 }
 
-// Parse parses the content of a keys file; path is used in messages only.
+func unreadable(path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return &InvalidError{Path: path, Problems: []Problem{{Rule: RuleFile, Message: fmt.Sprintf("cannot read the file: %v (pass the path of a readable keys.yaml)", err)}}}
+}
+
+// Parse parses the content of a keys file and checks it with every lint
+// rule; path is used in messages only. It returns an [*InvalidError] with
+// every problem found, or the file.
 func Parse(path string, data []byte) (*File, error) {
-	f := &File{Path: path}
-	var problems []Problem
-	if len(data) > MaxFileSize {
-		return nil, &InvalidError{Path: path, Problems: []Problem{{Message: fmt.Sprintf("file is larger than %d bytes; a role map is a few lines", MaxFileSize)}}}
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, &InvalidError{Path: path, Problems: []Problem{yamlProblem(err)}}
-	}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
-		return nil, &InvalidError{Path: path, Problems: []Problem{{Message: "file is empty; expected a top-level 'roles:' mapping"}}}
-	}
-	root := doc.Content[0]
-	if root.Kind != yaml.MappingNode {
-		return nil, &InvalidError{Path: path, Problems: []Problem{{Line: root.Line, Message: "expected a mapping with 'roles:' at the top level"}}}
-	}
-	seenTop := map[string]int{}
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], root.Content[i+1]
-		if prev, dup := seenTop[k.Value]; dup {
-			problems = append(problems, Problem{Line: k.Line, Message: fmt.Sprintf("duplicate top-level field %q (first at line %d)", k.Value, prev)})
-			continue
-		}
-		seenTop[k.Value] = k.Line
-		switch k.Value {
-		case "roles":
-			f.Roles, problems = parseEntries(v, "roles", problems)
-		case "retired":
-			f.Retired, problems = parseEntries(v, "retired", problems)
-		default:
-			problems = append(problems, Problem{Line: k.Line, Message: fmt.Sprintf("unknown top-level field %q (allowed: roles, retired)", k.Value)})
-		}
-	}
-	if _, ok := seenTop["roles"]; !ok {
-		problems = append(problems, Problem{Line: root.Line, Message: "missing 'roles:' mapping"})
+	f, problems := decode(path, data)
+	if f != nil {
+		problems = append(problems, f.Lint()...)
 	}
 	if len(problems) > 0 {
-		return nil, &InvalidError{Path: path, Problems: problems}
+		return nil, invalid(path, problems)
 	}
 	return f, nil
 }
 
-func parseEntries(n *yaml.Node, section string, problems []Problem) ([]Entry, []Problem) {
-	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return nil, problems
+// Decode parses the content of a keys file and checks its form (YAML syntax,
+// fields, role names, keys) but not how its roles relate to each other
+// (shared keys, reused retired keys, the probe's key): those are [File.Lint]'s
+// job. `keys diff` decodes this way, to report shared keys as findings.
+func Decode(path string, data []byte) (*File, error) {
+	f, problems := decode(path, data)
+	if len(problems) > 0 {
+		return nil, invalid(path, problems)
 	}
-	if n.Kind != yaml.MappingNode {
-		return nil, append(problems, Problem{Line: n.Line, Message: fmt.Sprintf("'%s:' must be a mapping of role name to key", section)})
-	}
-	var out []Entry
-	seen := map[string]int{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
-		if prev, dup := seen[k.Value]; dup {
-			problems = append(problems, Problem{Line: k.Line, Message: fmt.Sprintf("role %q is listed twice under %s: (first at line %d); YAML would silently keep the last one", k.Value, section, prev)})
-			continue
-		}
-		seen[k.Value] = k.Line
-		key, err := parseKey(v)
-		if err != nil {
-			problems = append(problems, Problem{Line: v.Line, Message: fmt.Sprintf("%s.%s: %v", section, k.Value, err)})
-			continue
-		}
-		out = append(out, Entry{Name: k.Value, Key: key, Line: k.Line})
-	}
-	return out, problems
+	return f, nil
 }
 
-func parseKey(v *yaml.Node) (int64, error) {
-	if v.Kind != yaml.ScalarNode {
-		return 0, errors.New("the key must be an integer")
+// invalid builds the error for problems, in line order and capped at
+// maxProblems.
+func invalid(path string, problems []Problem) *InvalidError {
+	sort.SliceStable(problems, func(i, j int) bool { return problems[i].Line < problems[j].Line })
+	if len(problems) > maxProblems {
+		more := len(problems) - maxProblems
+		problems = append(problems[:maxProblems:maxProblems], Problem{Rule: RuleFile, Message: fmt.Sprintf("… and %d more problems", more)})
 	}
-	if v.Tag != "!!int" {
-		return 0, fmt.Errorf("the key must be an integer, got %q", v.Value)
-	}
-	s := strings.ReplaceAll(v.Value, "_", "")
-	key, err := strconv.ParseInt(s, 0, 64)
-	if err != nil {
-		return 0, fmt.Errorf("the key %s is outside the int64 range of an advisory lock key", v.Value)
-	}
-	return key, nil
-}
-
-func yamlProblem(err error) Problem {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	line := 0
-	if strings.HasPrefix(msg, "line ") {
-		rest := msg[len("line "):]
-		if i := strings.Index(rest, ":"); i > 0 {
-			if n, convErr := strconv.Atoi(rest[:i]); convErr == nil {
-				line = n
-				msg = strings.TrimSpace(rest[i+1:])
-			}
-		}
-	}
-	return Problem{Line: line, Message: "YAML syntax: " + msg}
+	return &InvalidError{Path: path, Problems: problems}
 }

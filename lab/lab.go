@@ -162,7 +162,7 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	}
 	if opts.Dir != "" {
 		if old, lerr := Load(opts.Dir); lerr == nil {
-			if old.Running() {
+			if old.anyAlive() {
 				return nil, &AlreadyRunningError{Dir: opts.Dir}
 			}
 			_ = old.Stop(ctx) // leftovers of a lab whose servers died: clean them up
@@ -604,6 +604,20 @@ func (l *Lab) Running() bool {
 		}
 	}
 	return len(st) > 0
+}
+
+// anyAlive reports whether any process of the lab still runs, judged by
+// pids and not by ports, which a loaded machine may be slow to answer on.
+func (l *Lab) anyAlive() bool {
+	if ServerPID(&l.Primary) > 0 || (l.Standby != nil && ServerPID(l.Standby) > 0) {
+		return true
+	}
+	for i := range l.Poolers {
+		if PoolerPID(&l.Poolers[i]) > 0 {
+			return true
+		}
+	}
+	return l.RunDir != "" && len(ProcessesUsing(l.RunDir)) > 0
 }
 
 // Stop stops every process the lab started, waits until they are gone and

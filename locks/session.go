@@ -3,6 +3,7 @@ package locks
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -62,4 +63,19 @@ func Unlock(ctx context.Context, conn *pgx.Conn, key int64) (int, error) {
 			return released, fmt.Errorf("pg_advisory_unlock(%d): still held after %d releases", key, released)
 		}
 	}
+}
+
+// UnlockLingering releases every hold of key that the backend running the
+// statement has, after keeping that backend busy for linger. It is for
+// cleaning up through a transaction pooler: statements sent at once on
+// several connections, each lingering, are handed distinct server
+// connections, so together they reach backends that a single statement
+// would not. It runs as one statement (a DO block, which takes no
+// parameters: the key is an integer literal).
+func UnlockLingering(ctx context.Context, conn *pgx.Conn, key int64, linger time.Duration) error {
+	sql := fmt.Sprintf("DO $$BEGIN PERFORM pg_sleep(%.3f); WHILE pg_advisory_unlock(%d::bigint) LOOP END LOOP; END$$", linger.Seconds(), key)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("release key %d: %w", key, err)
+	}
+	return nil
 }

@@ -107,9 +107,6 @@ func (p *run) exclusion(ctx context.Context) Check {
 		if c.err != nil {
 			f.note(fmt.Sprintf("contender %d could not connect: %v", i+1, c.err))
 		}
-		if c.starved {
-			f.add("starved", i+1, 0, 0)
-		}
 	}
 	contenderPIDs := map[uint32]bool{}
 	live := 0
@@ -274,75 +271,44 @@ func intList(ns []int) string {
 // ---- cleanup ----
 
 // cleanup drops the temp table and releases the probe key on every
-// connection that may hold it. Through a transaction pooler the key can sit
-// on a pooled backend that another statement of ours does not reach; it
-// retries from every connection a few times, then reports what is left.
+// connection that may hold it, then checks on the server that neither is
+// left on a backend our statements ran on. Through a transaction pooler a
+// later statement may not reach the backend that an earlier one left them
+// on: then it sweeps (see sweep) and reports what is still left.
 func (p *run) cleanup(ctx context.Context) Check {
-	var problems []string
 	live := p.liveConns()
 	if len(live) == 0 {
 		return Check{CheckCleanup, Pass, "every probe connection is closed; the server released the probe's session state"}
 	}
-	if p.tableMaybe {
-		problems = append(problems, p.dropTable(ctx, live)...)
+	var problems []string
+	if p.tableMaybe && p.a != nil && !p.a.IsClosed() {
+		if _, err := p.a.Exec(ctx, "DROP TABLE IF EXISTS "+p.ident()); err != nil {
+			problems = append(problems, "drop the temp table: "+p.explain(err))
+		}
 	}
 	released := 0
-	holders := map[*pgx.Conn]bool{}
-	if p.aLocked && p.a != nil {
-		holders[p.a] = true
-	}
-	for _, c := range p.contenders {
-		if c.tookKey && c.conn != nil {
-			holders[c.conn] = true
-		}
-	}
-	var stranded []uint32
-	for attempt := 0; attempt < 4; attempt++ {
-		// Release concurrently: through a transaction pooler, concurrent
-		// statements are handed different server connections, so they reach
-		// every backend our statements may have left the key on.
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		for conn := range holders {
-			if conn.IsClosed() {
-				continue
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				n, err := locks.Unlock(ctx, conn, p.opts.Key)
-				mu.Lock()
-				defer mu.Unlock()
-				released += n
-				if err != nil {
-					problems = append(problems, "release the probe key: "+p.explain(err))
-				}
-			}()
-		}
-		wg.Wait()
-		stranded = stranded[:0]
-		_, all, err := locks.KeyHolders(ctx, live[0], p.opts.Key)
+	for _, conn := range p.mayHoldKey() {
+		n, err := locks.Unlock(ctx, conn, p.opts.Key)
+		released += n
 		if err != nil {
-			problems = append(problems, "check the probe key is released: "+p.explain(err))
-			break
-		}
-		p.mu.Lock()
-		for _, pid := range all {
-			if p.pids[pid] {
-				stranded = append(stranded, pid)
-			}
-		}
-		p.mu.Unlock()
-		if len(stranded) == 0 {
-			break
-		}
-		// Our statements may land on the backend that holds it: try from all.
-		for _, conn := range live {
-			holders[conn] = true
+			problems = append(problems, "release the probe key: "+p.explain(err))
 		}
 	}
-	if len(stranded) > 0 {
-		problems = append(problems, fmt.Sprintf("probe key %d is still held by backend pid(s) %s, which a pooler's server connection keeps after our client left; it goes when the pooler closes that connection (server_lifetime), or end it: SELECT pg_terminate_backend(pid)", p.opts.Key, pidList(stranded)))
+	table, stranded, err := p.leftovers(ctx, live[0])
+	for attempt := 0; err == nil && (table || len(stranded) > 0) && attempt < 3; attempt++ {
+		p.sweep(ctx, table)
+		table, stranded, err = p.leftovers(ctx, live[0])
+	}
+	switch {
+	case err != nil:
+		problems = append(problems, "check that nothing is left: "+p.explain(err))
+	case table || len(stranded) > 0:
+		if table {
+			problems = append(problems, fmt.Sprintf("temp table %s is left on a pooled server connection that our statements do not reach; it goes when the pooler closes that connection", p.table))
+		}
+		if len(stranded) > 0 {
+			problems = append(problems, fmt.Sprintf("probe key %d is still held by backend pid(s) %s, which a pooler's server connection keeps after our client left; it goes when the pooler closes that connection (server_lifetime), or end it: SELECT pg_terminate_backend(pid)", p.opts.Key, pidList(stranded)))
+		}
 	}
 	if len(problems) > 0 {
 		return Check{CheckCleanup, Warn, strings.Join(problems, "; ")}
@@ -354,40 +320,77 @@ func (p *run) cleanup(ctx context.Context) Check {
 	return Check{CheckCleanup, Pass, fmt.Sprintf("%s (%d hold(s))", what, released)}
 }
 
-// dropTable drops the probe's temp table. Through a transaction pooler A's
-// DROP may run on another backend than its CREATE did, so it drops from every
-// connection at once until pg_class, which lists every session's temp
-// tables, no longer has it.
-func (p *run) dropTable(ctx context.Context, live []*pgx.Conn) []string {
-	var problems []string
-	for attempt := 0; attempt < 4; attempt++ {
-		conns := live
-		if attempt == 0 {
-			conns = live[:1] // usually A's own backend has it: one statement
-		}
-		var wg sync.WaitGroup
-		var mu sync.Mutex
-		for _, conn := range conns {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+p.ident()); err != nil {
-					mu.Lock()
-					problems = append(problems, "drop the temp table: "+p.explain(err))
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
-		var left bool
-		if err := live[0].QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = $1 AND relpersistence = 't')", p.table).Scan(&left); err != nil {
-			return append(problems, "check the temp table is gone: "+p.explain(err))
-		}
-		if !left {
-			return nil
+// mayHoldKey are the open connections whose statements took the key.
+func (p *run) mayHoldKey() []*pgx.Conn {
+	var out []*pgx.Conn
+	if p.aLocked && p.a != nil && !p.a.IsClosed() {
+		out = append(out, p.a)
+	}
+	for _, c := range p.contenders {
+		if c.tookKey && c.conn != nil && !c.conn.IsClosed() {
+			out = append(out, c.conn)
 		}
 	}
-	return append(problems, fmt.Sprintf("temp table %s is left on a pooled server connection that our statements do not reach; it goes when the pooler closes that connection", p.table))
+	return out
+}
+
+// leftovers reports whether the temp table still exists (pg_class lists
+// every session's temp tables) and which backends our statements ran on
+// still hold the probe key.
+func (p *run) leftovers(ctx context.Context, conn *pgx.Conn) (table bool, stranded []uint32, err error) {
+	if p.tableMaybe {
+		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = $1 AND relpersistence = 't')", p.table).Scan(&table); err != nil {
+			return false, nil, err
+		}
+	}
+	_, holders, err := locks.KeyHolders(ctx, conn, p.opts.Key)
+	if err != nil {
+		return table, nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pid := range holders {
+		if p.pids[pid] {
+			stranded = append(stranded, pid)
+		}
+	}
+	return table, stranded, nil
+}
+
+// sweep runs the cleanup on as many connections at once as there were
+// backends our statements ran on, plus one: each statement keeps its server
+// connection for a moment, so a pooler must hand them distinct backends, and
+// the most recently used ones, which are ours, come first.
+func (p *run) sweep(ctx context.Context, table bool) {
+	p.mu.Lock()
+	n := len(p.pids) + 1
+	p.mu.Unlock()
+	conns := p.liveConns()
+	var extra []*pgx.Conn
+	for len(conns)+len(extra) < min(n, 8) {
+		conn, err := dbconn.Connect(ctx, p.connConfig())
+		if err != nil {
+			break
+		}
+		extra = append(extra, conn)
+	}
+	defer func() {
+		for _, conn := range extra {
+			conn.Close(context.Background())
+		}
+	}()
+	var wg sync.WaitGroup
+	for _, conn := range append(conns, extra...) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if table {
+				_, _ = conn.Exec(ctx, "DO $$BEGIN PERFORM pg_sleep(0.05); DROP TABLE IF EXISTS "+p.ident()+"; END$$")
+			}
+			_ = locks.UnlockLingering(ctx, conn, p.opts.Key, 50*time.Millisecond)
+		}()
+	}
+	wg.Wait()
 }
 
 func (p *run) liveConns() []*pgx.Conn {

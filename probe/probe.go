@@ -199,12 +199,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	exclusion := p.exclusion(ctx)
 	rep.Checks = append(rep.Checks, p.continuityFinish(ctx, cont, info.InRecovery), exclusion)
 
-	settings, serr, port := p.settingsVal, p.settingsErr, p.settingsPort
-	if !p.settingsRead { // no contender connected: read them on A
-		settings, serr = p.readSettings(ctx, p.a)
-		port = localPort(p.a)
-	}
-	rep.Checks = append(rep.Checks, p.proxyHints(info, settings, serr, port))
+	// Every statement runs one at a time: concurrent statements through a
+	// pooler spread over backends, and cleanup must find them all again.
+	settings, serr := p.readSettings(ctx, p.a)
+	rep.Checks = append(rep.Checks, p.proxyHints(info, settings, serr, localPort(p.a)))
 	if serr != nil {
 		rep.Checks = append(rep.Checks, Check{CheckIdle, Warn, "cannot read server settings: " + p.explain(serr)})
 	} else {
@@ -239,22 +237,12 @@ type run struct {
 	bg       sync.WaitGroup
 	cancelBG context.CancelFunc
 	stopBG   func()
-	// The server settings, read on the first contender's connection.
-	settingsRead bool
-	settingsVal  serverSettings
-	settingsErr  error
-	settingsPort int
-	// aReady is closed once A's first statement has returned.
-	aReady     chan struct{}
-	aReadyOnce sync.Once
 }
 
 type contender struct {
 	conn    *pgx.Conn
 	err     error
 	tookKey bool
-	// starved says the contender got no server connection in time.
-	starved bool
 }
 
 func (p *run) connConfig() *pgx.ConnConfig {
@@ -270,15 +258,13 @@ func (p *run) connConfig() *pgx.ConnConfig {
 
 // connectAll opens A and starts the contenders' connections, which go on in
 // the background: the probe's cost is mostly connection setup, and it must
-// not cost more than the runbook's single connection. The first contender
-// also reads the server settings while A does its first statements.
+// not cost more than the runbook's single connection.
 func (p *run) connectAll(ctx context.Context) error {
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.Timeout)
 	p.cancelBG = cancel
 	stop := context.AfterFunc(ctx, cancel) // Ctrl-C still stops them
 	p.stopBG = func() { stop() }
 	start := time.Now()
-	p.aReady = make(chan struct{})
 	p.contenders = make([]*contender, p.opts.Contenders)
 	for i := range p.contenders {
 		c := &contender{}
@@ -287,24 +273,6 @@ func (p *run) connectAll(ctx context.Context) error {
 		go func() {
 			defer p.bg.Done()
 			c.conn, c.err = dbconn.Connect(bg, p.connConfig())
-			if i == 0 && c.err == nil {
-				// Wait until A has its backend: with a pool of one, A must be
-				// the one that gets it.
-				select {
-				case <-p.aReady:
-				case <-bg.Done():
-					return
-				}
-				p.settingsPort = localPort(c.conn)
-				p.settingsVal, p.settingsErr = p.readSettings(ctx, c.conn)
-				p.settingsRead = true
-				if p.settingsErr != nil && c.conn.IsClosed() {
-					// No server connection for the contender in time (a pool
-					// of one): the exclusion check reports it; A reads the
-					// settings instead.
-					c.starved, p.settingsRead = true, false
-				}
-			}
 		}()
 	}
 	actx, acancel := context.WithTimeout(ctx, p.opts.Timeout)
@@ -367,7 +335,6 @@ func (p *run) serverInfo(ctx context.Context) (dbconn.ServerInfo, error) {
 	ctx, cancel := p.step(ctx)
 	defer cancel()
 	info, err := dbconn.Server(ctx, p.a)
-	p.aReadyOnce.Do(func() { close(p.aReady) })
 	if err == nil {
 		p.sawPID(info.BackendPID)
 		p.aPIDs = append(p.aPIDs, info.BackendPID)

@@ -75,22 +75,27 @@ func dump(rep *probe.Report) string {
 // the server, with a quiet pooler (the probe is its only client).
 func TestVerdicts(t *testing.T) {
 	cases := []struct {
-		name    string
-		dsn     string
-		want    probe.Verdict
-		failing string // the check that must fail, for refused DSNs
+		name       string
+		dsn        string
+		want       probe.Verdict
+		failing    string // the check that must fail, for refused DSNs
+		contenders int
 	}{
-		{"direct TCP", testLab.DirectDSN(), probe.Stable, ""},
-		{"direct unix socket", testLab.SocketDSN(), probe.Stable, ""},
-		{"PgBouncer transaction mode, pool 20", testLab.PoolerDSN("transaction"), probe.Refused, probe.CheckExclusion},
-		{"PgBouncer transaction mode, pool 1", testLab.PoolerDSN("tx1"), probe.Refused, probe.CheckExclusion},
-		{"PgBouncer session mode", testLab.PoolerDSN("session"), probe.Stable, ""},
-		{"PgBouncer statement mode", testLab.PoolerDSN("statement"), probe.Refused, probe.CheckExclusion},
-		{"hot standby", testLab.StandbyDSN(), probe.Refused, probe.CheckPrimary},
+		{"direct TCP", testLab.DirectDSN(), probe.Stable, "", 0},
+		{"direct unix socket", testLab.SocketDSN(), probe.Stable, "", 0},
+		{"PgBouncer transaction mode, pool 20", testLab.PoolerDSN("transaction"), probe.Refused, probe.CheckExclusion, 0},
+		{"PgBouncer transaction mode, pool 1", testLab.PoolerDSN("tx1"), probe.Refused, probe.CheckExclusion, 0},
+		{"PgBouncer session mode", testLab.PoolerDSN("session"), probe.Stable, "", 0},
+		{"PgBouncer statement mode", testLab.PoolerDSN("statement"), probe.Refused, probe.CheckExclusion, 0},
+		{"hot standby", testLab.StandbyDSN(), probe.Refused, probe.CheckPrimary, 0},
+		// Concurrent contenders spread over the pool's backends: cleanup
+		// must still find the key and the table on every one of them.
+		{"PgBouncer transaction mode, 4 contenders", testLab.PoolerDSN("transaction"), probe.Refused, probe.CheckExclusion, 4},
+		{"PgBouncer statement mode, 4 contenders", testLab.PoolerDSN("statement"), probe.Refused, probe.CheckExclusion, 4},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, tc.dsn)})
+			rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, tc.dsn), Contenders: tc.contenders})
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}

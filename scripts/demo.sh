@@ -23,6 +23,9 @@ say "the trap: two clients through the transaction pooler both 'win' the same ke
 psql -X -At -d "$LEASECTL_LAB_TX_DSN" -c "select 'client A got the lock: ' || pg_try_advisory_lock(42) || ' on backend ' || pg_backend_pid()"
 psql -X -At -d "$LEASECTL_LAB_TX_DSN" -c "select 'client B got the lock: ' || pg_try_advisory_lock(42) || ' on backend ' || pg_backend_pid()"
 
+say "who holds key 42 now? a pooled server connection: both clients are gone, the lock stays"
+run 'leasectl who --all'
+
 say "leasectl probe: the direct DSN is stable..."
 run 'leasectl probe "$LEASECTL_LAB_DSN"'
 
@@ -31,6 +34,28 @@ run 'leasectl probe "$LEASECTL_LAB_SESSION_DSN"'
 
 say "...and the transaction pooler is refused, although the runbook's probe passes there"
 run 'leasectl probe "$LEASECTL_LAB_TX_DSN"'
+
+say "keys.yaml is a deployment API: keys diff catches a changed key before it ships"
+leasectl keys lint
+sed 's/poller: 1840000001/poller: 1840000009/' keys.yaml > "$LAB_DIR/keys.yaml"
+run 'leasectl keys diff "$LAB_DIR/keys.yaml" --base-file keys.yaml'
+
+say "forced failover: worker A holds poller's key, worker B stands by in the server's lock queue"
+# Two psql sessions play the workers, each reading statements from a fifo
+# that this script holds open: they stay connected (and idle) until the
+# script closes the fifos or exits.
+mkfifo "$LAB_DIR/worker-a" "$LAB_DIR/worker-b"
+PGAPPNAME=poller-a psql -X -q -d "$LEASECTL_DSN" -f "$LAB_DIR/worker-a" >/dev/null 2>&1 &
+exec 3>"$LAB_DIR/worker-a"
+echo "select pg_advisory_lock(1840000001);" >&3
+until leasectl who poller --check >/dev/null 2>&1; do sleep 0.1; done
+PGAPPNAME=poller-b psql -X -q -d "$LEASECTL_DSN" -f "$LAB_DIR/worker-b" >/dev/null 2>&1 &
+exec 4>"$LAB_DIR/worker-b"
+echo "select pg_advisory_lock(1840000001);" >&4
+until leasectl who poller | grep -q '1 waiting'; do sleep 0.1; done
+run 'leasectl failover poller --yes'
+run 'leasectl verify poller --pooler-dsn "$LEASECTL_LAB_TX_DSN"'
+exec 3>&- 4>&-   # end of input: both psql sessions disconnect
 
 say "leasectl run: two replicas of a worker; only the leader runs it; SIGKILL the leader and the other takes over"
 worker='echo "  worker pid $$ runs under backend $LEASECTL_BACKEND_PID"; exec sleep 600'

@@ -1,0 +1,311 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/locks"
+	"github.com/spf13/cobra"
+)
+
+type failoverOptions struct {
+	app  *App
+	Role string
+	Key  string // --key: k or k1,k2
+	Yes  bool
+	Wait time.Duration
+}
+
+func newFailoverCmd(app *App) *cobra.Command {
+	opts := &failoverOptions{app: app}
+	c := &cobra.Command{
+		Use:   "failover ROLE | --key N",
+		Short: "Move a role's lease on purpose: terminate its holder, report who takes over",
+		Long: `Force a failover: terminate the backend that holds the role's advisory key,
+so that the lock dies with it, then watch a stand-by take the key over.
+
+The holder is shown first (pid, application, client, session age). Without
+--yes you are asked on a terminal; with no terminal nothing is terminated and
+failover exits 2, saying what it would do.
+
+The termination is one statement that re-checks, at that instant, that the
+same backend (pid and backend_start) still holds the key in this database,
+and waits up to --timeout for the backend to exit (pg_terminate_backend with
+a timeout, PostgreSQL 14+). If the holder changed since it was shown,
+nothing is terminated (exit 1). Then failover waits up to --wait for another
+session to hold the key and reports it with the measured takeover time;
+none in time is exit 1.
+
+Ending another role's backend needs membership in that role or in
+pg_signal_backend; a superuser's backend only a superuser can end (exit 3,
+with the grant). On a standby failover refuses (exit 2): its locks fence
+nothing on the primary.
+
+The old holder's worker may run on until it notices its lost session: a
+worker on the lease package notices within milliseconds, others at their
+next heartbeat.`,
+		Example: `  leasectl failover poller                 # shows the holder, asks before terminating it
+  leasectl failover poller --yes --wait 30s
+  leasectl failover --key 1840000001 --yes -o json`,
+		Args:              maxArgs(1),
+		ValidArgsFunction: completeOneRole(app),
+		RunE: func(c *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				opts.Role = args[0]
+			}
+			return runFailover(c.Context(), opts)
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&opts.Key, "key", "", "the advisory key to fail over instead of a ROLE (k, or k1,k2 for the two-int4 form)")
+	f.BoolVar(&opts.Yes, "yes", false, "terminate without asking")
+	f.DurationVar(&opts.Wait, "wait", 15*time.Second, "how long to wait for a stand-by to take over")
+	return c
+}
+
+func runFailover(ctx context.Context, opts *failoverOptions) error {
+	app := opts.app
+	switch {
+	case opts.Role == "" && opts.Key == "":
+		return usageErrorf("name the ROLE to fail over, or give --key N")
+	case opts.Role != "" && opts.Key != "":
+		return usageErrorf("give a ROLE or --key, not both")
+	case opts.Wait <= 0:
+		return usageErrorf("invalid --wait %s: it must be positive, e.g. 15s", opts.Wait)
+	}
+	f, err := loadRoleMap(app, opts.Key != "")
+	if err != nil {
+		return err
+	}
+	var key locks.Key
+	if opts.Key != "" {
+		if key, err = locks.ParseAnyKey(opts.Key); err != nil {
+			return usageErrorf("invalid --key: %v", err)
+		}
+	} else if e, ok := f.Role(opts.Role); ok {
+		key = locks.BigintKey(e.Key)
+	} else if _, numeric := locks.ParseAnyKey(opts.Role); numeric == nil {
+		return usageErrorf("%q is not a role of %s: to fail over a bare key, use --key %s", opts.Role, f.Path, opts.Role)
+	} else {
+		return unknownRoleError(opts.Role, f)
+	}
+
+	conn, err := app.Connect(ctx, "")
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	lctx, cancel := context.WithTimeout(ctx, app.Global.Timeout)
+	target, err := locks.FindTarget(lctx, conn, key, roleMap(f))
+	cancel()
+	if err != nil {
+		return err
+	}
+
+	// The holder is shown before anything happens; with -o json on stderr,
+	// so that stdout is only the JSON document.
+	st, color := app.styles(), app.Color()
+	pre := app.IO.Out
+	if app.JSON() {
+		pre, color = app.IO.ErrOut, false
+	}
+	cfg := conn.Config()
+	if !opts.Yes || !app.JSON() {
+		if err := renderTarget(pre, st, color, target, dbconn.Addr(&cfg.Config)); err != nil {
+			return err
+		}
+	}
+	if !opts.Yes {
+		h := target.Holder
+		if !app.IO.InTTY {
+			fmt.Fprintf(pre, "\nWould terminate %s, connected %s, and wait up to %s for a stand-by to take over %s. Nothing was terminated.\n",
+				h.Describe(), sessionAge(h, target.Now), opts.Wait, target.Lease.Name())
+			return &InputError{Err: fmt.Errorf("not confirmed, and there is no terminal to ask on: nothing was terminated; to terminate pid %d, run again with --yes: %s",
+				h.PID, confirmCommand(opts))}
+		}
+		ok, err := confirm(app, pre, fmt.Sprintf("\nTerminate %s, connected %s, so that a stand-by takes over %s?",
+			h.Describe(), sessionAge(h, target.Now), target.Lease.Name()))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return &CheckFailedError{Message: "not confirmed: nothing was terminated"}
+		}
+	}
+
+	res, err := target.Failover(ctx, conn, locks.FailoverOptions{TerminateTimeout: app.Global.Timeout, Wait: opts.Wait})
+	if res == nil {
+		return err // nothing was terminated
+	}
+	if app.JSON() {
+		if werr := writeJSON(app.IO.Out, failoverCmdJSON{Server: target.Server, ViaProxy: target.ViaProxy, failoverJSON: failoverJSONOf(res)}); werr != nil {
+			return werr
+		}
+		return err
+	}
+	if werr := renderFailover(app.IO.Out, st, color, res, err, opts.Wait, app.Global.Timeout); werr != nil {
+		return werr
+	}
+	return err
+}
+
+// confirmCommand is the command line that would do it without asking.
+func confirmCommand(opts *failoverOptions) string {
+	args := []string{"leasectl", "failover"}
+	if opts.Key != "" {
+		args = append(args, "--key", opts.Key)
+	} else {
+		args = append(args, opts.Role)
+	}
+	if opts.Wait != 15*time.Second {
+		args = append(args, "--wait", opts.Wait.String())
+	}
+	return strings.Join(append(args, "--yes"), " ")
+}
+
+func sessionAge(s locks.Session, now time.Time) string {
+	if s.BackendStart.IsZero() {
+		return "since a time hidden from this role"
+	}
+	return fmtAge(now.Sub(s.BackendStart)) + " ago"
+}
+
+// renderTarget shows what a failover would act on: the server, the holder
+// and the waiters, as `who` shows them.
+func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr string) error {
+	paint := painter(color)
+	var b strings.Builder
+	b.WriteString(serverLine(st, color, t.Server, addr))
+	b.WriteString("\n")
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
+	}
+	l := t.Lease
+	role := l.Role
+	if role == "" {
+		role = "-"
+	}
+	rows := [][]string{sessionRow(role, l.Key.String(), paint(st.OK, string(locks.Held))+waitingSuffix(l), t.Holder, t.Now)}
+	for _, s := range l.Waiters {
+		rows = append(rows, sessionRow(role, l.Key.String(), paint(st.Warn, "waiting"), s, t.Now))
+	}
+	if err := writeTable(w, []string{"ROLE", "KEY", "STATE", "PID", "USER", "APPLICATION", "CLIENT", "CONNECTED", "LAST ACTIVITY"}, rows); err != nil {
+		return err
+	}
+	if t.ViaProxy {
+		_, err := fmt.Fprintf(w, "\n%s leasectl reaches this server through a pooler or proxy, so pid %d is most likely one of the pooler's server connections: terminating it ends that server connection, not the worker's own client connection. A session-mode pooler closes the worker's connection with it; a transaction-mode pooler does not, and the worker may never notice (a lease was never safe there: see leasectl probe).\n",
+			paint(st.Warn, "pooler:"), t.Holder.PID)
+		return err
+	}
+	return nil
+}
+
+// renderFailover reports the termination and the takeover; waitErr is why
+// there was none.
+func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, waitErr error, wait, timeout time.Duration) error {
+	paint := painter(color)
+	t, term := res.Target, res.Termination
+	name := t.Lease.Name()
+	var b strings.Builder
+	b.WriteString("\n")
+	if term.Gone {
+		fmt.Fprintf(&b, "%s terminated pid %d: its backend is gone, and its hold on %s with it (pg_terminate_backend confirmed the exit in %s)\n",
+			paint(st.OK, "✓"), term.PID, name, fmtMillis(term.Took))
+	} else {
+		fmt.Fprintf(&b, "%s signalled pid %d, but its backend had not exited after %s (--timeout): it holds %s until it does\n",
+			paint(st.Warn, "!"), term.PID, timeout, name)
+	}
+	if tk := res.Takeover; tk != nil {
+		h := tk.Holder
+		client := clientAddr(h)
+		if h.Hidden {
+			client = "hidden"
+		}
+		fmt.Fprintf(&b, "%s pid %d took over %s within %s of the signal (%s clock): application %s, client %s\n",
+			paint(st.OK, "✓"), h.PID, name, fmtMillis(tk.After), takeoverClock(tk), orQuoted(h.Application), client)
+	} else if !errors.Is(waitErr, locks.ErrNoTakeover) {
+		fmt.Fprintf(&b, "%s could not watch for a stand-by taking over %s: %v\n", paint(st.Fail, "✗"), name, waitErr)
+	} else {
+		state := "the key is free: are the stand-bys running?"
+		if !term.Gone {
+			state = fmt.Sprintf("pid %d may still hold the key", term.PID)
+		}
+		fmt.Fprintf(&b, "%s no stand-by took over %s within %s: %s\n", paint(st.Fail, "✗"), name, wait, state)
+	}
+	fmt.Fprintf(&b, "\nThe old holder's worker may run on until it notices it lost its session: a worker on the lease package notices within milliseconds, others at their next heartbeat.\n")
+	if t.ViaProxy {
+		fmt.Fprintf(&b, "Through the pooler, what was terminated is the pooler's server connection pid %d, not the worker's client connection.\n", term.PID)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func orQuoted(s string) string {
+	if s == "" {
+		return `""`
+	}
+	return s
+}
+
+// fmtMillis renders a short duration in milliseconds: "12.3 ms".
+func fmtMillis(d time.Duration) string {
+	return fmt.Sprintf("%.1f ms", millis(d))
+}
+
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// ---- JSON ----
+
+// failoverCmdJSON is the documented schema of `leasectl failover -o json`
+// (README).
+type failoverCmdJSON struct {
+	Server   dbconn.ServerInfo `json:"server"`
+	ViaProxy bool              `json:"via_proxy"`
+	failoverJSON
+}
+
+// failoverJSON is one failover, in failover's output and in verify's
+// clean_failover results.
+type failoverJSON struct {
+	Role          *string      `json:"role"`
+	Key           string       `json:"key"`
+	OldHolder     sessionJSON  `json:"old_holder"`
+	OldGone       bool         `json:"old_gone"`
+	TerminateMS   float64      `json:"terminate_ms"`
+	TookOver      bool         `json:"took_over"`
+	NewHolder     *sessionJSON `json:"new_holder"`
+	TakeoverMS    *float64     `json:"takeover_ms"`
+	TakeoverClock *string      `json:"takeover_clock"`
+}
+
+// takeoverClock names the clock the takeover time was measured on.
+func takeoverClock(tk *locks.Takeover) string {
+	if tk.ByServerClock {
+		return "server"
+	}
+	return "client"
+}
+
+func failoverJSONOf(res *locks.Failover) failoverJSON {
+	t := res.Target
+	j := failoverJSON{
+		Key:         t.Lease.Key.String(),
+		OldHolder:   sessionJSONOf(t.Holder, t.Now, 0), // no staleness threshold applies
+		OldGone:     res.Termination.Gone,
+		TerminateMS: millis(res.Termination.Took),
+	}
+	if t.Lease.Role != "" {
+		j.Role = &t.Lease.Role
+	}
+	if tk := res.Takeover; tk != nil {
+		nh := sessionJSONOf(tk.Holder, tk.Now, 0)
+		ms, clock := millis(tk.After), takeoverClock(tk)
+		j.TookOver, j.NewHolder, j.TakeoverMS, j.TakeoverClock = true, &nh, &ms, &clock
+	}
+	return j
+}

@@ -1,0 +1,354 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/locks"
+)
+
+// Keys of the failover and verify tests, used by no other test.
+const (
+	foPollerKey    = 1840200001
+	foSchedulerKey = 1840200002
+	foReconcileKey = 1840200003
+)
+
+// foKeys writes a keys file with the failover tests' roles.
+func foKeys(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	body := fmt.Sprintf("roles:\n  poller: %d\n  scheduler: %d\n  reconciler: %d\n", foPollerKey, foSchedulerKey, foReconcileKey)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// failover runs `leasectl --dsn DIRECT --keys KEYS failover ARGS...` with no
+// terminal.
+func failover(t *testing.T, args ...string) cliResult {
+	t.Helper()
+	return runCLI(t, nil, append([]string{"--dsn", testLab.DirectDSN(), "--keys", foKeys(t), "failover"}, args...)...)
+}
+
+// leader opens a connection named app that holds key until the test ends
+// (or failover terminates it) and returns it with its backend pid.
+func leader(t *testing.T, dsn, app string, key int64) (*pgx.Conn, int32) {
+	t.Helper()
+	conn := pgtest.Conn(t, dsn, app)
+	hold(t, conn, key)
+	return conn, pgtest.PID(t, conn)
+}
+
+// standBy opens a connection named app that polls for key every 20 ms.
+func standBy(t *testing.T, app string, key int64) (int32, <-chan struct{}) {
+	t.Helper()
+	conn := pgtest.Conn(t, testLab.DirectDSN(), app)
+	pid := pgtest.PID(t, conn)
+	// Registered first, so it runs after the polling has stopped.
+	t.Cleanup(func() { _, _ = locks.Unlock(context.Background(), conn, key) })
+	return pid, pgtest.StandBy(t, conn, key, 20*time.Millisecond)
+}
+
+// holders are the pids that hold key, as the lab's primary says.
+func holders(t *testing.T, key int64) []uint32 {
+	t.Helper()
+	_, hs, err := locks.KeyHolders(context.Background(), pgtest.Conn(t, testLab.DirectDSN(), "observer"), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hs
+}
+
+func alive(t *testing.T, pid int32) bool {
+	t.Helper()
+	return pgtest.Alive(t, pgtest.Conn(t, testLab.DirectDSN(), "observer"), pid)
+}
+
+func itoa(pid int32) string { return strconv.Itoa(int(pid)) }
+
+func TestFailoverMovesTheLeaseToTheStandBy(t *testing.T) {
+	_, oldPID := leader(t, testLab.DirectDSN(), "poller-a", foPollerKey)
+	bystander := pgtest.Conn(t, testLab.DirectDSN(), "bystander")
+	newPID, _ := standBy(t, "poller-b", foPollerKey)
+
+	res := failover(t, "poller", "--yes")
+	if res.Code != 0 {
+		t.Fatalf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
+	row(t, res.Stdout, "poller", strconv.Itoa(foPollerKey), "HELD", itoa(oldPID), testLab.User, "poller-a")
+	for _, want := range []string{
+		"terminated pid " + itoa(oldPID) + ": its backend is gone",
+		"pid " + itoa(newPID) + " took over poller within ",
+		"application poller-b, client 127.0.0.1:",
+		"may run on until it notices",
+		"lease package notices within milliseconds",
+	} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, res.Stdout)
+		}
+	}
+	if alive(t, oldPID) {
+		t.Errorf("the old holder's backend %d is still there", oldPID)
+	}
+	if hs := holders(t, foPollerKey); len(hs) != 1 || int32(hs[0]) != newPID {
+		t.Errorf("holders after failover: %v, want the stand-by %d", hs, newPID)
+	}
+	if !alive(t, pgtest.PID(t, bystander)) {
+		t.Errorf("a bystander was terminated")
+	}
+
+	// Again, by key and with -o json: the stand-by is now the old holder.
+	nextPID, _ := standBy(t, "poller-c", foPollerKey)
+	js := failover(t, "--key", strconv.Itoa(foPollerKey), "--yes", "-o", "json")
+	if js.Code != 0 {
+		t.Fatalf("-o json: exit %d\n%s%s", js.Code, js.Stdout, js.Stderr)
+	}
+	var doc failoverCmdJSON
+	if err := json.Unmarshal([]byte(js.Stdout), &doc); err != nil {
+		t.Fatalf("stdout is not one JSON document: %v\n%s", err, js.Stdout)
+	}
+	if doc.Role == nil || *doc.Role != "poller" || doc.Key != strconv.Itoa(foPollerKey) || doc.OldHolder.PID == nil || *doc.OldHolder.PID != newPID ||
+		!doc.OldGone || !doc.TookOver || doc.NewHolder == nil || *doc.NewHolder.PID != nextPID || doc.NewHolder.ApplicationName != "poller-c" ||
+		doc.TakeoverMS == nil || *doc.TakeoverMS <= 0 || doc.TakeoverClock == nil || doc.ViaProxy || doc.Server.Port != testLab.Primary.Port {
+		t.Errorf("JSON: %s", js.Stdout)
+	}
+	for _, field := range []string{`"old_holder"`, `"new_holder"`, `"takeover_ms"`, `"takeover_clock"`, `"terminate_ms"`, `"old_gone"`, `"via_proxy"`} {
+		if !strings.Contains(js.Stdout, field) {
+			t.Errorf("JSON lacks %s", field)
+		}
+	}
+}
+
+func TestFailoverWithoutHolder(t *testing.T) {
+	res := failover(t, "scheduler", "--yes")
+	if res.Code != ExitCheckFailed || !strings.Contains(res.Stderr, "nothing to fail over") || !strings.Contains(res.Stderr, "scheduler") {
+		t.Errorf("exit %d, stderr %q; want 1 and nothing to fail over", res.Code, res.Stderr)
+	}
+}
+
+func TestFailoverWithoutYesOnNonTerminalTerminatesNothing(t *testing.T) {
+	_, pid := leader(t, testLab.DirectDSN(), "poller-a", foPollerKey)
+	standBy(t, "poller-b", foPollerKey)
+	res := failover(t, "poller")
+	if res.Code != ExitUsage {
+		t.Fatalf("exit %d, want 2\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
+	row(t, res.Stdout, "poller", "HELD", itoa(pid), "poller-a")
+	if !strings.Contains(res.Stdout, "Would terminate pid "+itoa(pid)) || !strings.Contains(res.Stdout, "Nothing was terminated") {
+		t.Errorf("does not say what it would do:\n%s", res.Stdout)
+	}
+	if !strings.Contains(res.Stderr, "leasectl failover poller --yes") || strings.Contains(res.Stderr, "Usage:") {
+		t.Errorf("stderr does not say how to confirm (or prints usage): %q", res.Stderr)
+	}
+	if hs := holders(t, foPollerKey); len(hs) != 1 || int32(hs[0]) != pid {
+		t.Errorf("holders %v, want %d untouched", hs, pid)
+	}
+}
+
+func TestFailoverAsksOnATerminal(t *testing.T) {
+	_, pid := leader(t, testLab.DirectDSN(), "poller-a", foPollerKey)
+	standByPID, _ := standBy(t, "poller-b", foPollerKey)
+	args := []string{"--dsn", testLab.DirectDSN(), "--keys", foKeys(t), "failover", "poller"}
+
+	for _, no := range []string{"n\n", "\n", "yess\n", ""} {
+		res := runCLIWith(t, context.Background(), nil, true, no, args...)
+		if res.Code != ExitCheckFailed || !strings.Contains(res.Stdout, "[y/N]") || !strings.Contains(res.Stderr, "nothing was terminated") {
+			t.Errorf("answer %q: exit %d\n%s%s", no, res.Code, res.Stdout, res.Stderr)
+		}
+		if !alive(t, pid) {
+			t.Fatalf("answer %q terminated the holder", no)
+		}
+	}
+	res := runCLIWith(t, context.Background(), nil, true, "y\n", args...)
+	if res.Code != 0 || !strings.Contains(res.Stdout, "pid "+itoa(standByPID)+" took over poller") {
+		t.Fatalf("answer y: exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
+	if alive(t, pid) {
+		t.Errorf("answer y: the holder %d is still there", pid)
+	}
+}
+
+// promptWriter collects stdout and runs onPrompt once, when the
+// confirmation question is written: before failover reads the answer.
+type promptWriter struct {
+	bytes.Buffer
+	onPrompt func()
+}
+
+func (w *promptWriter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("[y/N]")) && w.onPrompt != nil {
+		w.onPrompt()
+		w.onPrompt = nil
+	}
+	return w.Buffer.Write(p)
+}
+
+// TestFailoverTerminatesNothingWhenTheHolderChanged replaces the holder
+// while failover waits for the answer: the key now has another holder, and
+// the statement that terminates must notice.
+func TestFailoverTerminatesNothingWhenTheHolderChanged(t *testing.T) {
+	ctx := context.Background()
+	first, firstPID := leader(t, testLab.DirectDSN(), "poller-a", foPollerKey)
+	second := pgtest.Conn(t, testLab.DirectDSN(), "poller-b")
+	secondPID := pgtest.PID(t, second)
+	out := &promptWriter{onPrompt: func() {
+		if _, err := locks.Unlock(ctx, first, foPollerKey); err != nil {
+			t.Error(err)
+		}
+		hold(t, second, foPollerKey)
+	}}
+	var errOut bytes.Buffer
+	app := &App{
+		IO:     &IOStreams{In: strings.NewReader("y\n"), Out: out, ErrOut: &errOut, InTTY: true, OutTTY: true},
+		Getenv: func(string) string { return "" },
+	}
+	code := Run(ctx, app, []string{"--dsn", testLab.DirectDSN(), "--keys", foKeys(t), "failover", "poller"})
+	if code != ExitCheckFailed || !strings.Contains(errOut.String(), "pid "+itoa(firstPID)+" no longer holds") ||
+		!strings.Contains(errOut.String(), "nothing was terminated") {
+		t.Fatalf("exit %d, stderr %q; want 1 and the holder changed", code, errOut.String())
+	}
+	if !alive(t, firstPID) || !alive(t, secondPID) {
+		t.Errorf("a backend was terminated: first alive %v, second alive %v", alive(t, firstPID), alive(t, secondPID))
+	}
+	if hs := holders(t, foPollerKey); len(hs) != 1 || int32(hs[0]) != secondPID {
+		t.Errorf("holders %v, want the new holder %d", hs, secondPID)
+	}
+}
+
+// TestFailoverNeedsPermission: a role without pg_signal_backend may not end
+// another role's backend; the error names the grant, and the DSN's
+// password appears nowhere.
+func TestFailoverNeedsPermission(t *testing.T) {
+	const password = "fo-op-s3cret-pw"
+	pgtest.Login(t, testLab, "fo_cmd_operator", password)
+	holderDSN := pgtest.Login(t, testLab, "fo_cmd_holder", "fo-holder-pw")
+	_, pid := leader(t, holderDSN, "poller-a", foPollerKey)
+	dsn := fmt.Sprintf("postgres://fo_cmd_operator:%s@127.0.0.1:%d/postgres?sslmode=disable", url.QueryEscape(password), testLab.Primary.Port)
+
+	res := runCLI(t, nil, "--dsn", dsn, "--keys", foKeys(t), "failover", "poller", "--yes")
+	if res.Code != ExitUnavailable || !strings.Contains(res.Stderr, `GRANT pg_signal_backend TO "fo_cmd_operator"`) {
+		t.Fatalf("exit %d, stderr %q; want 3 with the grant", res.Code, res.Stderr)
+	}
+	if strings.Contains(res.Stdout+res.Stderr, password) {
+		t.Errorf("the password appears in the output")
+	}
+	// The holder's client and start are hidden from this role, and say so.
+	row(t, res.Stdout, "poller", "HELD", itoa(pid), "fo_cmd_holder", "poller-a", "hidden", "hidden")
+	if !alive(t, pid) {
+		t.Errorf("the holder was terminated despite the error")
+	}
+}
+
+func TestFailoverGivesUpWithoutStandBy(t *testing.T) {
+	_, pid := leader(t, testLab.DirectDSN(), "lonely", foPollerKey)
+	res := failover(t, "poller", "--yes", "--wait", "300ms")
+	if res.Code != ExitCheckFailed || !strings.Contains(res.Stderr, "no stand-by took over") {
+		t.Fatalf("exit %d, stderr %q; want 1, no stand-by took over", res.Code, res.Stderr)
+	}
+	if !strings.Contains(res.Stdout, "terminated pid "+itoa(pid)) || !strings.Contains(res.Stdout, "no stand-by took over poller within 300ms") {
+		t.Errorf("output:\n%s", res.Stdout)
+	}
+	if alive(t, pid) {
+		t.Errorf("the holder %d is still there", pid)
+	}
+	js := failover(t, "poller", "--yes", "-o", "json")
+	if js.Code != ExitCheckFailed || js.Stdout != "" {
+		t.Errorf("nothing held: exit %d, stdout %q; want 1 and no document", js.Code, js.Stdout)
+	}
+}
+
+func TestFailoverRefusesAStandbyServer(t *testing.T) {
+	conn := pgtest.Conn(t, testLab.StandbyDSN(), "on-the-standby")
+	hold(t, conn, foPollerKey)
+	res := runCLI(t, nil, "--dsn", testLab.StandbyDSN(), "--keys", foKeys(t), "failover", "poller", "--yes")
+	if res.Code != ExitUsage || !strings.Contains(res.Stderr, "standby") || !strings.Contains(res.Stderr, "fences nothing on the primary") {
+		t.Errorf("exit %d, stderr %q; want 2, refusing a standby", res.Code, res.Stderr)
+	}
+	vres := runCLI(t, nil, "--dsn", testLab.StandbyDSN(), "--keys", foKeys(t), "verify", "poller", "--failover", "--yes")
+	if vres.Code != ExitUsage || !strings.Contains(vres.Stderr, "standby") {
+		t.Errorf("verify on a standby: exit %d, stderr %q; want 2", vres.Code, vres.Stderr)
+	}
+	if err := conn.Ping(context.Background()); err != nil {
+		t.Errorf("the standby's holder was terminated: %v", err)
+	}
+}
+
+// TestFailoverThroughPoolers: leasectl through a transaction pooler says
+// that it ends a pooler's server connection; the holder here reaches the
+// server through a session-mode pooler, which closes the client's
+// connection with its server connection. Through the pool of one that
+// holds a stranded lock, leasectl's own statements run on the holder:
+// refused.
+func TestFailoverThroughPoolers(t *testing.T) {
+	ctx := context.Background()
+	client, _ := leader(t, testLab.PoolerDSN("session"), "pooled-worker", foPollerKey)
+	standByPID, _ := standBy(t, "poller-b", foPollerKey)
+	res := runCLI(t, nil, "--dsn", testLab.PoolerDSN("transaction"), "--keys", foKeys(t), "failover", "poller", "--yes")
+	if res.Code != 0 {
+		t.Fatalf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
+	for _, want := range []string{"pooler's server connections", "pooler's server connection pid", "pid " + itoa(standByPID) + " took over poller"} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, res.Stdout)
+		}
+	}
+	if err := client.Ping(ctx); err == nil {
+		t.Errorf("the session pooler kept the worker's client connection open")
+	}
+
+	const key = foSchedulerKey
+	pgtest.Strand(t, testLab, "tx1", key)
+	before := holders(t, key)
+	res = runCLI(t, nil, "--dsn", testLab.PoolerDSN("tx1"), "--keys", foKeys(t), "failover", "scheduler", "--yes")
+	if res.Code != ExitUsage || !strings.Contains(res.Stderr, "connect to the server directly") {
+		t.Errorf("through the pooler that holds it: exit %d, stderr %q; want 2", res.Code, res.Stderr)
+	}
+	if after := holders(t, key); len(before) != 1 || len(after) != 1 || after[0] != before[0] {
+		t.Errorf("holders before %v, after %v; want the stranded holder untouched", before, after)
+	}
+}
+
+func TestFailoverUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "name the ROLE"},
+		{[]string{"poller", "--key", "5"}, "not both"},
+		{[]string{"nosuch"}, `unknown role "nosuch"`},
+		{[]string{"1840200001"}, "use --key 1840200001"},
+		{[]string{"--key", "x"}, "invalid --key"},
+		{[]string{"poller", "--wait", "0s"}, "invalid --wait"},
+		{[]string{"a", "b"}, "at most 1"},
+	} {
+		res := failover(t, tc.args...)
+		if res.Code != ExitUsage || !strings.Contains(res.Stderr, tc.want) {
+			t.Errorf("failover %q: exit %d, stderr %q; want 2 and %q", tc.args, res.Code, res.Stderr, tc.want)
+		}
+	}
+	// A bare key needs no keys file.
+	res := runCLI(t, nil, "--dsn", testLab.DirectDSN(), "failover", "--key", "-1840200009", "--yes")
+	if res.Code != ExitCheckFailed || !strings.Contains(res.Stderr, "nobody holds key -1840200009") {
+		t.Errorf("--key without keys file: exit %d, stderr %q", res.Code, res.Stderr)
+	}
+	comp := runCLI(t, nil, "__complete", "failover", "--keys", "../keys.yaml", "")
+	if !strings.Contains(comp.Stdout, "poller\t") {
+		t.Errorf("ROLE completion:\n%s", comp.Stdout)
+	}
+	if comp := runCLI(t, nil, "__complete", "failover", "--keys", "../keys.yaml", "poller", ""); strings.Contains(comp.Stdout, "scheduler") {
+		t.Errorf("a second ROLE is offered:\n%s", comp.Stdout)
+	}
+}

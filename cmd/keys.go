@@ -1,0 +1,425 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/leasectl/leasectl/keys"
+	"github.com/spf13/cobra"
+)
+
+// The output formats of keys lint and keys diff.
+const (
+	formatText = "text"
+	formatJSON = "json"
+	formatGH   = "github-actions"
+)
+
+var keysFormats = []string{formatText, formatJSON, formatGH}
+
+func newKeysCmd(app *App) *cobra.Command {
+	c := &cobra.Command{
+		Use:   "keys",
+		Short: "Check the role→key map (keys.yaml) and changes to it",
+		Long: `keys.yaml maps each role to the advisory-lock key its replicas contend for.
+It is a deployment API: during a rolling deploy old and new binaries run side by
+side, and if they compute different keys for one role, both lead.
+
+"keys lint" checks one file; "keys diff" compares it with the version of the
+previous release and fails on changes that break a rolling deploy, the way
+"buf breaking" does for protobuf schemas. Run both in CI.`,
+		Example: `  leasectl keys lint
+  leasectl keys diff                      # against the latest tag reachable from HEAD
+  leasectl keys diff --base main --format github-actions`,
+		// Runnable, so that cobra checks Args: a command without RunE
+		// prints its help for any argument and exits 0.
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErrorf("unknown command %q for %q: use lint or diff", args[0], c.CommandPath())
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
+	}
+	c.AddCommand(newKeysLintCmd(app), newKeysDiffCmd(app))
+	return c
+}
+
+// addFormatFlag adds --format, which -o json also sets.
+func addFormatFlag(c *cobra.Command, format *string) {
+	c.Flags().StringVar(format, "format", formatText, "output format: text, json or github-actions (annotations on the pull request); -o json selects json too")
+	_ = c.RegisterFlagCompletionFunc("format", cobra.FixedCompletions(keysFormats, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// keysArgs settles what keys lint and keys diff share: the output format
+// (--format when given, else json for -o json, else text) and the optional
+// FILE argument.
+func keysArgs(c *cobra.Command, app *App, args []string, format, file *string) error {
+	switch {
+	case !c.Flags().Changed("format") && app.JSON():
+		*format = formatJSON
+	case !slices.Contains(keysFormats, *format):
+		return usageErrorf("invalid --format %q: use text, json or github-actions", *format)
+	}
+	if len(args) == 1 {
+		*file = args[0]
+	}
+	return nil
+}
+
+// completeKeysFile completes the FILE argument with YAML files.
+func completeKeysFile(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	return []cobra.Completion{"yaml", "yml"}, cobra.ShellCompDirectiveFilterFileExt
+}
+
+func rulesHelp(rules []keys.RuleDoc) string {
+	var b strings.Builder
+	for _, r := range rules {
+		fmt.Fprintf(&b, "  %-19s %-5s  %s\n", r.Name, r.Severity, strings.ReplaceAll(r.Doc, "`", ""))
+	}
+	return b.String()
+}
+
+type keysLintOptions struct {
+	app    *App
+	File   string
+	Format string
+}
+
+func newKeysLintCmd(app *App) *cobra.Command {
+	opts := &keysLintOptions{app: app}
+	c := &cobra.Command{
+		Use:   "lint [FILE]",
+		Short: "Check keys.yaml: syntax, names, keys, shared and reserved keys",
+		Long: `Check one keys file (default: the --keys file) and list every problem with
+file:line. Exit 0 when the file is valid, 2 when it is not.
+
+Keys are int64 values written in plain decimal or as 0x hex: the spellings
+every YAML reader agrees on. Anchors and aliases are refused.
+
+Rules:
+` + rulesHelp(keys.LintRules),
+		Example: `  leasectl keys lint
+  leasectl keys lint deploy/keys.yaml --format github-actions`,
+		Args:              maxArgs(1),
+		ValidArgsFunction: completeKeysFile,
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := keysArgs(c, app, args, &opts.Format, &opts.File); err != nil {
+				return err
+			}
+			return runKeysLint(c.Context(), opts)
+		},
+	}
+	addFormatFlag(c, &opts.Format)
+	return c
+}
+
+type lintJSON struct {
+	File     string        `json:"file"`
+	Valid    bool          `json:"valid"`
+	Roles    []entryJSON   `json:"roles"`
+	Retired  []entryJSON   `json:"retired"`
+	Problems []problemJSON `json:"problems"`
+}
+
+type entryJSON struct {
+	Name string `json:"name"`
+	Key  int64  `json:"key"`
+	Line int    `json:"line"`
+}
+
+type problemJSON struct {
+	Rule    string `json:"rule"`
+	File    string `json:"file"`
+	Line    int    `json:"line"`
+	Role    string `json:"role,omitempty"`
+	Message string `json:"message"`
+}
+
+func entriesJSON(entries []keys.Entry) []entryJSON {
+	out := make([]entryJSON, len(entries))
+	for i, e := range entries {
+		out[i] = entryJSON{Name: e.Name, Key: e.Key, Line: e.Line}
+	}
+	return out
+}
+
+func runKeysLint(ctx context.Context, opts *keysLintOptions) error {
+	app := opts.app
+	path := opts.File
+	if path == "" {
+		path = app.KeysPath()
+	}
+	f, err := keys.Load(path)
+	var invalid *keys.InvalidError
+	if err != nil && !errors.As(err, &invalid) {
+		return err
+	}
+	var problems []keys.Problem
+	if invalid != nil {
+		problems = invalid.Problems
+	}
+	w := app.IO.Out
+	switch opts.Format {
+	case formatJSON:
+		out := lintJSON{File: path, Valid: f != nil, Roles: []entryJSON{}, Retired: []entryJSON{}, Problems: []problemJSON{}}
+		if f != nil {
+			out.Roles, out.Retired = entriesJSON(f.Roles), entriesJSON(f.Retired)
+		}
+		for _, p := range problems {
+			out.Problems = append(out.Problems, problemJSON{Rule: p.Rule, File: path, Line: p.Line, Role: p.Role, Message: p.Message})
+		}
+		if err := writeJSON(w, out); err != nil {
+			return err
+		}
+	case formatGH:
+		file := annotationPath(ctx, path)
+		for _, p := range problems {
+			writeAnnotation(w, keys.SeverityError, file, p.Line, p.Rule, p.Message)
+		}
+		if f != nil {
+			fmt.Fprintf(w, "%s: no problems (%s, %s)\n", file, plural(len(f.Roles), "role"), plural(len(f.Retired), "retired key"))
+		}
+	default:
+		st := app.styles()
+		for _, p := range problems {
+			fmt.Fprintf(w, "%s: %s: %s\n", st.Bold.Render(p.Location(path)), st.Fail.Render(p.Rule), p.Message)
+		}
+		if f != nil {
+			fmt.Fprintf(w, "%s %s: no problems (%s, %s)\n", st.OK.Render("✓"), path, plural(len(f.Roles), "role"), plural(len(f.Retired), "retired key"))
+		}
+	}
+	if len(problems) > 0 {
+		return &InputError{Err: fmt.Errorf("%s is not a valid keys file: %s; fix and run leasectl keys lint again", path, plural(len(problems), "problem"))}
+	}
+	return nil
+}
+
+type keysDiffOptions struct {
+	app              *App
+	File             string
+	Base             string
+	BaseFile         string
+	AllowMissingBase bool
+	Format           string
+}
+
+func newKeysDiffCmd(app *App) *cobra.Command {
+	opts := &keysDiffOptions{app: app}
+	c := &cobra.Command{
+		Use:   "diff [FILE] [--base REF | --base-file PATH]",
+		Short: "Fail on key changes that break a rolling deploy",
+		Long: `Compare FILE (default: the --keys file) with its version in the previous
+release, and report what changed, each finding with file:line in FILE.
+
+The base is FILE's path at --base REF in git (a tag, branch or commit; the
+path is taken relative to the repository root); without --base, the latest
+tag reachable from HEAD (when HEAD itself is tagged, the tag before it);
+with --base-file PATH, another file. A ref that does not exist, or a file
+absent at the ref, is exit 2; --allow-missing-base passes instead when there
+is no tag at all or FILE is new since the ref (a first release).
+
+Exit 1 when any finding is an error, 0 otherwise, 2 on invalid input.
+
+Rules:
+` + rulesHelp(keys.DiffRules),
+		Example: `  leasectl keys diff                          # against the latest tag
+  leasectl keys diff --base v1.4.0
+  leasectl keys diff deploy/keys.yaml --base origin/main --format github-actions
+  leasectl keys diff --base-file /tmp/old-keys.yaml -o json`,
+		Args:              maxArgs(1),
+		ValidArgsFunction: completeKeysFile,
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := keysArgs(c, app, args, &opts.Format, &opts.File); err != nil {
+				return err
+			}
+			if opts.Base != "" && opts.BaseFile != "" {
+				return usageErrorf("--base and --base-file exclude each other: compare with a git ref or with a file")
+			}
+			return runKeysDiff(c.Context(), opts)
+		},
+	}
+	addFormatFlag(c, &opts.Format)
+	c.Flags().StringVar(&opts.Base, "base", "", "git ref (tag, branch, commit) of the version to compare with (default: the latest tag reachable from HEAD)")
+	c.Flags().StringVar(&opts.BaseFile, "base-file", "", "compare with this file instead of a version from git")
+	c.Flags().BoolVar(&opts.AllowMissingBase, "allow-missing-base", false, "pass when there is no base: no tag yet, or FILE is new since the ref (a first release)")
+	_ = c.RegisterFlagCompletionFunc("base", cobra.NoFileCompletions)
+	_ = c.MarkFlagFilename("base-file", "yaml", "yml")
+	return c
+}
+
+// diffResult is what keys diff found, in the form -o json prints.
+type diffResult struct {
+	File        string        `json:"file"`
+	Base        *diffBaseJSON `json:"base"`
+	MissingBase string        `json:"missing_base,omitempty"`
+	Compatible  bool          `json:"compatible"`
+	Errors      int           `json:"errors"`
+	Infos       int           `json:"infos"`
+	Findings    []findingJSON `json:"findings"`
+
+	baseLabel string
+}
+
+type diffBaseJSON struct {
+	Source string `json:"source"` // "git" or "file"
+	Ref    string `json:"ref,omitempty"`
+	Commit string `json:"commit,omitempty"`
+	Path   string `json:"path"`
+}
+
+type findingJSON struct {
+	Rule     string        `json:"rule"`
+	Severity keys.Severity `json:"severity"`
+	File     string        `json:"file"`
+	Line     int           `json:"line"`
+	Role     string        `json:"role"`
+	Message  string        `json:"message"`
+}
+
+func runKeysDiff(ctx context.Context, opts *keysDiffOptions) error {
+	app := opts.app
+	path := opts.File
+	if path == "" {
+		path = app.KeysPath()
+	}
+	head, err := keys.LoadHead(path)
+	if err != nil {
+		return err
+	}
+	res := &diffResult{File: path, Compatible: true, Findings: []findingJSON{}}
+	var base *keys.File
+	if opts.BaseFile != "" {
+		base, err = keys.LoadBase(opts.BaseFile)
+		res.Base = &diffBaseJSON{Source: "file", Path: opts.BaseFile}
+		res.baseLabel = opts.BaseFile
+	} else {
+		var src keys.GitSource
+		base, src, err = keys.LoadFromGit(ctx, path, opts.Base)
+		if err == nil {
+			res.Base = &diffBaseJSON{Source: "git", Ref: src.Ref, Commit: src.Commit, Path: src.Path}
+			res.baseLabel = src.String()
+		}
+	}
+	switch {
+	case err != nil && opts.AllowMissingBase && keys.IsMissingBase(err):
+		res.MissingBase = err.Error()
+	case err != nil:
+		return err
+	default:
+		for _, f := range keys.Diff(base, head) {
+			if f.Severity == keys.SeverityError {
+				res.Errors++
+			} else {
+				res.Infos++
+			}
+			res.Findings = append(res.Findings, findingJSON{Rule: f.Rule, Severity: f.Severity, File: path, Line: f.Line, Role: f.Role, Message: f.Message})
+		}
+		res.Compatible = res.Errors == 0
+	}
+	if err := renderDiff(ctx, app, opts.Format, res); err != nil {
+		return err
+	}
+	if !res.Compatible {
+		return &CheckFailedError{}
+	}
+	return nil
+}
+
+func renderDiff(ctx context.Context, app *App, format string, res *diffResult) error {
+	w := app.IO.Out
+	switch format {
+	case formatJSON:
+		return writeJSON(w, res)
+	case formatGH:
+		file := annotationPath(ctx, res.File)
+		for _, f := range res.Findings {
+			writeAnnotation(w, f.Severity, file, f.Line, f.Rule, f.Message)
+		}
+		fmt.Fprintln(w, diffSummary(res, file))
+	default:
+		st := app.styles()
+		for _, f := range res.Findings {
+			sev := st.Info.Render(string(f.Severity))
+			if f.Severity == keys.SeverityError {
+				sev = st.Fail.Render(string(f.Severity))
+			}
+			fmt.Fprintf(w, "%s: %s %s: %s\n", st.Bold.Render(fmt.Sprintf("%s:%d", f.File, f.Line)), sev, f.Rule, f.Message)
+		}
+		if len(res.Findings) > 0 {
+			fmt.Fprintln(w)
+		}
+		mark := st.OK.Render("✓")
+		if !res.Compatible {
+			mark = st.Fail.Render("✗")
+		}
+		fmt.Fprintf(w, "%s %s\n", mark, diffSummary(res, res.File))
+	}
+	return nil
+}
+
+func diffSummary(res *diffResult, file string) string {
+	switch {
+	case res.MissingBase != "":
+		return fmt.Sprintf("%s: nothing to compare with, passing because of --allow-missing-base (%s)", file, res.MissingBase)
+	case !res.Compatible:
+		counts := plural(res.Errors, "error")
+		if res.Infos > 0 {
+			counts += ", " + plural(res.Infos, "note")
+		}
+		return fmt.Sprintf("%s breaks compatibility with %s: %s", file, res.baseLabel, counts)
+	case res.Infos > 0:
+		return fmt.Sprintf("%s is compatible with %s: %s", file, res.baseLabel, plural(res.Infos, "note"))
+	default:
+		return fmt.Sprintf("%s is compatible with %s: no role or key changed", file, res.baseLabel)
+	}
+}
+
+// annotationPath is the path GitHub annotations need: relative to the
+// repository root. Outside a repository it is the path as given.
+func annotationPath(ctx context.Context, path string) string {
+	if p, err := keys.RepoPath(ctx, path); err == nil {
+		return p
+	}
+	return filepath.ToSlash(path)
+}
+
+// writeAnnotation writes one GitHub Actions workflow command, which shows
+// the finding on the pull request's diff at file:line.
+func writeAnnotation(w io.Writer, sev keys.Severity, file string, line int, rule, message string) {
+	cmd := "error"
+	if sev != keys.SeverityError {
+		cmd = "notice"
+	}
+	props := "file=" + ghProperty(file)
+	if line > 0 {
+		props += fmt.Sprintf(",line=%d", line)
+	}
+	fmt.Fprintf(w, "::%s %s::%s\n", cmd, props, ghData(rule+": "+message))
+}
+
+// ghData escapes the message of a workflow command.
+func ghData(s string) string {
+	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A").Replace(s)
+}
+
+// ghProperty escapes a property value of a workflow command.
+func ghProperty(s string) string {
+	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A", ":", "%3A", ",", "%2C").Replace(s)
+}
+
+// plural renders "1 error", "2 errors".
+func plural(n int, word string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", word)
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}

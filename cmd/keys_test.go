@@ -1,0 +1,361 @@
+package cmd
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/leasectl/leasectl/internal/gittest"
+	"github.com/leasectl/leasectl/keys"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
+
+const (
+	keysBase       = "testdata/keys/base.yaml"
+	keysBreaking   = "testdata/keys/breaking.yaml"
+	keysCompatible = "testdata/keys/compatible.yaml"
+	keysInvalid    = "testdata/keys/invalid.yaml"
+)
+
+// golden compares got with testdata/golden/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "golden", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd -run %s -update to create it)", err, t.Name())
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (if the change is intended, run go test ./cmd -run %s -update):\n--- got\n%s\n--- want\n%s", path, t.Name(), got, want)
+	}
+}
+
+func wantExit(t *testing.T, res cliResult, code int) {
+	t.Helper()
+	if res.Code != code {
+		t.Fatalf("exit %d, want %d\nstdout:\n%s\nstderr:\n%s", res.Code, code, res.Stdout, res.Stderr)
+	}
+	if strings.Contains(res.Stderr, "goroutine ") || strings.Contains(res.Stderr, "panic") {
+		t.Fatalf("stack trace on stderr: %s", res.Stderr)
+	}
+}
+
+func TestKeysLint(t *testing.T) {
+	res := runCLI(t, nil, "keys", "lint", keysCompatible)
+	wantExit(t, res, ExitOK)
+	if !strings.Contains(res.Stdout, "no problems (4 roles, 2 retired keys)") {
+		t.Errorf("stdout: %s", res.Stdout)
+	}
+
+	// The default file is the --keys file, else $LEASECTL_KEYS.
+	wantExit(t, runCLI(t, nil, "--keys", keysCompatible, "keys", "lint"), ExitOK)
+	wantExit(t, runCLI(t, map[string]string{"LEASECTL_KEYS": keysInvalid}, "keys", "lint"), ExitUsage)
+
+	res = runCLI(t, nil, "keys", "lint", keysInvalid)
+	wantExit(t, res, ExitUsage)
+	for _, line := range []string{
+		keysInvalid + ":3: INVALID_NAME", keysInvalid + ":4: INVALID_KEY", keysInvalid + ":5: DUPLICATE_FIELD",
+		keysInvalid + ":6: DUPLICATE_KEY", keysInvalid + ":7: PROBE_KEY", keysInvalid + ":9: INVALID_KEY",
+		keysInvalid + ":10: UNKNOWN_FIELD",
+	} {
+		if !strings.Contains(res.Stdout, line) {
+			t.Errorf("problem %q not listed:\n%s", line, res.Stdout)
+		}
+	}
+	if !strings.Contains(res.Stderr, "7 problems") || strings.Contains(res.Stderr, "Usage:") {
+		t.Errorf("stderr: %s", res.Stderr)
+	}
+
+	res = runCLI(t, nil, "keys", "lint", "testdata/keys/nope.yaml")
+	wantExit(t, res, ExitUsage)
+	if !strings.Contains(res.Stderr, "not found") {
+		t.Errorf("a missing file: %s", res.Stderr)
+	}
+}
+
+func TestKeysDiffExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string // on stdout, or stderr for exit 2
+	}{
+		{"breaking", []string{keysBreaking, "--base-file", keysBase}, ExitCheckFailed, "3 errors, 3 notes"},
+		{"compatible with notes", []string{keysCompatible, "--base-file", keysBase}, ExitOK, "is compatible with testdata/keys/base.yaml: 2 notes"},
+		{"unchanged", []string{keysBase, "--base-file", keysBase}, ExitOK, "no role or key changed"},
+		{"the --keys file by default", []string{"--keys", keysBreaking, "--base-file", keysBase}, ExitCheckFailed, "KEY_CHANGED"},
+		{"invalid head", []string{keysInvalid, "--base-file", keysBase}, ExitUsage, "testdata/keys/invalid.yaml:3:"},
+		{"invalid base", []string{keysBase, "--base-file", keysInvalid}, ExitUsage, "testdata/keys/invalid.yaml:4:"},
+		{"missing base file", []string{keysBase, "--base-file", "testdata/keys/nope.yaml"}, ExitUsage, "not found"},
+		{"missing head", []string{"testdata/keys/nope.yaml", "--base-file", keysBase}, ExitUsage, "not found"},
+		{"both bases", []string{keysBase, "--base-file", keysBase, "--base", "v1"}, ExitUsage, "exclude each other"},
+		{"bad format", []string{keysBase, "--base-file", keysBase, "--format", "sarif"}, ExitUsage, "invalid --format"},
+		{"two files", []string{keysBase, keysBreaking}, ExitUsage, "at most 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"keys", "diff"}, tc.args...)
+			if tc.args[0] == "--keys" {
+				args = append([]string{"--keys", tc.args[1], "keys", "diff"}, tc.args[2:]...)
+			}
+			res := runCLI(t, nil, args...)
+			wantExit(t, res, tc.code)
+			out := res.Stdout
+			if tc.code == ExitUsage {
+				out = res.Stderr
+			}
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("want %q in:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+// TestKeysOutputFormats checks each format of both commands against a
+// golden file. The github-actions format runs in a throwaway repository,
+// since annotations carry paths relative to the repository root.
+func TestKeysOutputFormats(t *testing.T) {
+	for _, tc := range []struct {
+		golden string
+		args   []string
+		code   int
+	}{
+		{"lint.txt", []string{"keys", "lint", keysInvalid}, ExitUsage},
+		{"lint.json", []string{"keys", "lint", keysInvalid, "--format", "json"}, ExitUsage},
+		{"lint-valid.json", []string{"-o", "json", "keys", "lint", keysCompatible}, ExitOK},
+		{"diff.txt", []string{"keys", "diff", keysBreaking, "--base-file", keysBase}, ExitCheckFailed},
+		{"diff.json", []string{"keys", "diff", keysBreaking, "--base-file", keysBase, "--format", "json"}, ExitCheckFailed},
+		{"diff-compatible.json", []string{"-o", "json", "keys", "diff", keysCompatible, "--base-file", keysBase}, ExitOK},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			res := runCLI(t, nil, tc.args...)
+			wantExit(t, res, tc.code)
+			golden(t, tc.golden, res.Stdout)
+			if strings.HasSuffix(tc.golden, ".json") && !json.Valid([]byte(res.Stdout)) {
+				t.Errorf("not JSON: %s", res.Stdout)
+			}
+		})
+	}
+
+	r := gittest.New(t)
+	copyFile(t, keysBase, r.Path("deploy/keys.yaml"))
+	r.Commit("keys")
+	r.Tag("v1.0.0")
+	copyFile(t, keysBreaking, r.Path("deploy/keys.yaml"))
+	copyFile(t, keysInvalid, r.Path("deploy/invalid.yaml"))
+	r.Commit("change keys")
+	t.Run("diff.github-actions", func(t *testing.T) {
+		res := runCLI(t, nil, "keys", "diff", r.Path("deploy/keys.yaml"), "--format", "github-actions")
+		wantExit(t, res, ExitCheckFailed)
+		golden(t, "diff.github-actions", res.Stdout)
+	})
+	t.Run("lint.github-actions", func(t *testing.T) {
+		res := runCLI(t, nil, "keys", "lint", r.Path("deploy/invalid.yaml"), "--format", "github-actions")
+		wantExit(t, res, ExitUsage)
+		golden(t, "lint.github-actions", res.Stdout)
+	})
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	data, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestKeysDiffFromGit runs keys diff end to end against a repository with a
+// tagged release, the way a CI job does.
+func TestKeysDiffFromGit(t *testing.T) {
+	r := gittest.New(t)
+	r.Write("keys.yaml", "roles:\n  poller: 1840000001\n  scheduler: 1840000002\n")
+	r.Commit("keys v1")
+	r.Tag("v1.0.0")
+	r.Write("keys.yaml", "roles:\n  poller: 1840000009\n  scheduler: 1840000002\n")
+	r.Commit("change poller's key")
+	file := r.Path("keys.yaml")
+
+	res := runCLI(t, nil, "keys", "diff", file)
+	wantExit(t, res, ExitCheckFailed)
+	if !strings.Contains(res.Stdout, file+":2: error KEY_CHANGED") || !strings.Contains(res.Stdout, "v1.0.0:keys.yaml: 1 error") {
+		t.Errorf("without --base, against the latest tag:\n%s", res.Stdout)
+	}
+
+	res = runCLI(t, nil, "--keys", file, "keys", "diff", "--base", "v1.0.0", "-o", "json")
+	wantExit(t, res, ExitCheckFailed)
+	var out struct {
+		Base       struct{ Source, Ref, Commit, Path string }
+		Compatible bool
+		Findings   []struct{ Rule, Role string }
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Base.Ref != "v1.0.0" || out.Base.Commit != r.Git("rev-parse", "v1.0.0") || out.Base.Path != "keys.yaml" || out.Base.Source != "git" ||
+		out.Compatible || len(out.Findings) != 1 || out.Findings[0].Rule != keys.RuleKeyChanged {
+		t.Errorf("json: %+v", out)
+	}
+
+	wantExit(t, runCLI(t, nil, "keys", "diff", file, "--base", "HEAD"), ExitOK)
+
+	res = runCLI(t, nil, "keys", "diff", file, "--base", "v7.0.0")
+	wantExit(t, res, ExitUsage)
+	if !strings.Contains(res.Stderr, `git ref "v7.0.0" not found`) || strings.Contains(res.Stderr, "Usage:") {
+		t.Errorf("a bad ref: %s", res.Stderr)
+	}
+	// --allow-missing-base never excuses a mistyped ref.
+	wantExit(t, runCLI(t, nil, "keys", "diff", file, "--base", "v7.0.0", "--allow-missing-base"), ExitUsage)
+
+	// A file that is new since the tag.
+	r.Write("deploy/keys.yaml", "roles:\n  poller: 1840000001\n")
+	r.Commit("a second service")
+	newFile := r.Path("deploy/keys.yaml")
+	res = runCLI(t, nil, "keys", "diff", newFile)
+	wantExit(t, res, ExitUsage)
+	if !strings.Contains(res.Stderr, "deploy/keys.yaml does not exist at v1.0.0") {
+		t.Errorf("a file absent at the ref: %s", res.Stderr)
+	}
+	res = runCLI(t, nil, "keys", "diff", newFile, "--allow-missing-base")
+	wantExit(t, res, ExitOK)
+	if !strings.Contains(res.Stdout, "passing because of --allow-missing-base") {
+		t.Errorf("stdout: %s", res.Stdout)
+	}
+
+	// A repository without tags: the first release.
+	first := gittest.New(t)
+	first.Write("keys.yaml", "roles:\n  poller: 1840000001\n")
+	first.Commit("first")
+	res = runCLI(t, nil, "keys", "diff", first.Path("keys.yaml"))
+	wantExit(t, res, ExitUsage)
+	if !strings.Contains(res.Stderr, "no tag is reachable from HEAD") || !strings.Contains(res.Stderr, "--allow-missing-base") {
+		t.Errorf("no tags: %s", res.Stderr)
+	}
+	res = runCLI(t, nil, "keys", "diff", first.Path("keys.yaml"), "--allow-missing-base", "-o", "json")
+	wantExit(t, res, ExitOK)
+	if !strings.Contains(res.Stdout, `"base": null`) || !strings.Contains(res.Stdout, `"missing_base": "no tag is reachable`) {
+		t.Errorf("json without a base: %s", res.Stdout)
+	}
+
+	// Outside any repository, the way out is --base-file.
+	outside := filepath.Join(t.TempDir(), "keys.yaml")
+	copyFile(t, keysBase, outside)
+	res = runCLI(t, nil, "keys", "diff", outside)
+	wantExit(t, res, ExitUsage)
+	if !strings.Contains(res.Stderr, "not inside a git repository") || !strings.Contains(res.Stderr, "--base-file") {
+		t.Errorf("outside a repository: %s", res.Stderr)
+	}
+}
+
+// TestKeysDiffReleaseBuild: on a tagged HEAD (a release build) the base is
+// the release before it, not HEAD itself.
+func TestKeysDiffReleaseBuild(t *testing.T) {
+	r := gittest.New(t)
+	r.Write("keys.yaml", "roles:\n  poller: 1840000001\n")
+	r.Commit("v1")
+	r.Tag("v1.0.0")
+	r.Write("keys.yaml", "roles:\n  poller: 1840000002\n")
+	r.Commit("v2")
+	r.Tag("v2.0.0")
+	res := runCLI(t, nil, "keys", "diff", r.Path("keys.yaml"))
+	wantExit(t, res, ExitCheckFailed)
+	if !strings.Contains(res.Stdout, "v1.0.0:keys.yaml") {
+		t.Errorf("stdout: %s", res.Stdout)
+	}
+}
+
+func TestKeysColorOnlyOnATerminal(t *testing.T) {
+	ansi := regexp.MustCompile("\x1b\\[")
+	args := []string{"keys", "diff", keysBreaking, "--base-file", keysBase}
+	if res := runCLIWith(t, t.Context(), nil, true, "", args...); !ansi.MatchString(res.Stdout) {
+		t.Errorf("no colour on a terminal:\n%s", res.Stdout)
+	}
+	for _, env := range []map[string]string{nil, {"NO_COLOR": "1"}} {
+		tty := env != nil
+		if res := runCLIWith(t, t.Context(), env, tty, "", args...); ansi.MatchString(res.Stdout) {
+			t.Errorf("colour with tty=%v env=%v:\n%q", tty, env, res.Stdout)
+		}
+	}
+}
+
+func TestGitHubAnnotationEscaping(t *testing.T) {
+	var b strings.Builder
+	writeAnnotation(&b, keys.SeverityInfo, "a,b:c.yaml", 0, "ROLE_ADDED", "100% new\nline")
+	if got, want := b.String(), "::notice file=a%2Cb%3Ac.yaml::ROLE_ADDED: 100%25 new%0Aline\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// TestREADMEListsEveryRule keeps the README's rules table complete.
+func TestREADMEListsEveryRule(t *testing.T) {
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(data), "### `leasectl keys lint|diff`")
+	if !ok {
+		t.Fatal("README has no keys lint|diff section")
+	}
+	section, _, _ = strings.Cut(section, "\n### ")
+	for _, r := range append(append([]keys.RuleDoc{}, keys.LintRules...), keys.DiffRules...) {
+		if !strings.Contains(section, "`"+r.Name+"`") {
+			t.Errorf("README's keys section does not describe %s", r.Name)
+		}
+	}
+	if !strings.Contains(section, "fetch-depth: 0") || !strings.Contains(section, "keys diff --format github-actions") {
+		t.Error("README's keys section lacks the GitHub Actions job")
+	}
+}
+
+func TestKeysHelpListsTheRules(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		rules []keys.RuleDoc
+	}{
+		{[]string{"keys", "lint", "--help"}, keys.LintRules},
+		{[]string{"keys", "diff", "--help"}, keys.DiffRules},
+	} {
+		res := runCLI(t, nil, tc.args...)
+		wantExit(t, res, ExitOK)
+		for _, r := range tc.rules {
+			if !strings.Contains(res.Stdout, r.Name) {
+				t.Errorf("%v does not explain %s", tc.args, r.Name)
+			}
+		}
+	}
+	res := runCLI(t, nil, "keys")
+	wantExit(t, res, ExitOK)
+	if !strings.Contains(res.Stdout, "lint") || !strings.Contains(res.Stdout, "diff") {
+		t.Errorf("keys: %s", res.Stdout)
+	}
+}
+
+func TestKeysUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"keys", "bogus"},
+		{"keys", "lint", "a.yaml", "b.yaml"},
+		{"keys", "lint", "--format", "xml"},
+		{"keys", "diff", "--bogus"},
+	} {
+		res := runCLI(t, nil, args...)
+		wantExit(t, res, ExitUsage)
+		if !strings.Contains(res.Stderr, "Usage:") {
+			t.Errorf("%v: no usage: %s", args, res.Stderr)
+		}
+	}
+}

@@ -1,0 +1,251 @@
+package cmd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/probe"
+	"github.com/leasectl/leasectl/verify"
+	"github.com/spf13/cobra"
+)
+
+type verifyOptions struct {
+	app       *App
+	Roles     []string
+	Failover  bool
+	Yes       bool
+	Within    time.Duration
+	PoolerDSN string
+	Stale     time.Duration
+}
+
+func newVerifyCmd(app *App) *cobra.Command {
+	opts := &verifyOptions{app: app}
+	c := &cobra.Command{
+		Use:   "verify [ROLE...]",
+		Short: "Run the runbook's checks against a live deployment: one leader, clean failover, pooler rejection",
+		Long: `The runbook's "Verify it" section as one command, for game days and
+post-deploy checks. For each role of keys.yaml (or each ROLE named):
+
+  one_leader        exactly one session holds the role's key, and it is not
+                    stale (idle longer than --stale)
+  clean_failover    with --failover --yes: terminate the leader, and a
+                    different session must take over within --within, with
+                    the old backend gone
+  pooler_rejection  with --pooler-dsn: the session-stability probe must
+                    refuse that DSN (the pooler workers must not hold leases
+                    over)
+
+One line per check and role, pass / fail / skip with why. Exit 0 when no
+check failed (skipped ones were not asked for), 1 otherwise.
+
+--failover terminates every checked role's leader: without --yes it asks on
+a terminal, and with no terminal it exits 2 without doing anything.`,
+		Example: `  leasectl verify                                    # one_leader for every role
+  leasectl verify poller --failover --yes --within 10s
+  leasectl verify --pooler-dsn "$PGBOUNCER_TX_DSN" -o json`,
+		ValidArgsFunction: completeRoles(app),
+		RunE: func(c *cobra.Command, args []string) error {
+			opts.Roles = args
+			return runVerify(c.Context(), opts)
+		},
+	}
+	f := c.Flags()
+	f.BoolVar(&opts.Failover, "failover", false, "also force a failover of each role and time the takeover (needs --yes, or a yes on the terminal)")
+	f.BoolVar(&opts.Yes, "yes", false, "confirm --failover without asking")
+	f.DurationVar(&opts.Within, "within", 15*time.Second, "how soon a stand-by must take over in clean_failover")
+	f.StringVar(&opts.PoolerDSN, "pooler-dsn", "", "a pooler DSN that the probe must refuse (pooler_rejection)")
+	f.DurationVar(&opts.Stale, "stale", 45*time.Second, "a leader idle for longer than this fails one_leader")
+	return c
+}
+
+func runVerify(ctx context.Context, opts *verifyOptions) error {
+	app := opts.app
+	switch {
+	case opts.Within <= 0:
+		return usageErrorf("invalid --within %s: it must be positive, e.g. 15s", opts.Within)
+	case opts.Stale <= 0:
+		return usageErrorf("invalid --stale %s: it must be positive, e.g. 45s", opts.Stale)
+	}
+	f, err := app.LoadKeys()
+	if err != nil {
+		return err
+	}
+	roles := roleMap(f)
+	if len(opts.Roles) > 0 {
+		roles = roles[:0:0]
+		for _, name := range opts.Roles {
+			e, ok := f.Role(name)
+			if !ok {
+				return unknownRoleError(name, f)
+			}
+			roles = append(roles, locks.Role{Name: e.Name, Key: e.Key})
+		}
+	}
+	if len(roles) == 0 {
+		return &InputError{Err: fmt.Errorf("nothing to verify: %s has no roles", f.Path)}
+	}
+	var pooler *pgx.ConnConfig
+	if opts.PoolerDSN != "" {
+		if pooler, err = dbconn.Parse(opts.PoolerDSN, app.Global.Timeout); err != nil {
+			return fmt.Errorf("--pooler-dsn: %w", err)
+		}
+		if err := checkProbeKeyIsFree(app, locks.DefaultProbeKey); err != nil {
+			return err
+		}
+	}
+	if opts.Failover && !opts.Yes {
+		names := make([]string, len(roles))
+		for i, r := range roles {
+			names[i] = r.Name
+		}
+		what := fmt.Sprintf("--failover terminates the leader of %s to time the takeover", strings.Join(names, ", "))
+		if !app.IO.InTTY {
+			return &InputError{Err: fmt.Errorf("%s; there is no terminal to ask on, so nothing was checked: add --yes to go ahead", what)}
+		}
+		w := app.IO.Out
+		if app.JSON() {
+			w = app.IO.ErrOut
+		}
+		ok, err := confirm(app, w, what+". Go ahead?")
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return &CheckFailedError{Message: "not confirmed: nothing was checked or terminated"}
+		}
+	}
+
+	conn, err := app.Connect(ctx, "")
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	rep, err := verify.Run(ctx, conn, verify.Options{
+		Roles:        roles,
+		StaleAfter:   opts.Stale,
+		Failover:     opts.Failover,
+		Within:       opts.Within,
+		PoolerConfig: pooler,
+		Timeout:      app.Global.Timeout,
+	})
+	if err != nil {
+		return err
+	}
+	if app.JSON() {
+		err = writeJSON(app.IO.Out, verifyJSONOf(rep, opts.Stale))
+	} else {
+		cfg := conn.Config()
+		err = renderVerify(app.IO.Out, app.styles(), app.Color(), rep, dbconn.Addr(&cfg.Config))
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.Passed() {
+		var failed []string
+		for _, r := range rep.Results {
+			if r.Status == verify.Fail {
+				failed = append(failed, strings.TrimSpace(r.Check+" "+r.Role))
+			}
+		}
+		return &CheckFailedError{Message: fmt.Sprintf("verify: %d of %d checks failed: %s", len(failed), len(rep.Results), strings.Join(failed, ", "))}
+	}
+	return nil
+}
+
+func renderVerify(w io.Writer, st styles, color bool, rep *verify.Report, addr string) error {
+	paint := painter(color)
+	if _, err := io.WriteString(w, serverLine(st, color, rep.Server, addr)+"\n"); err != nil {
+		return err
+	}
+	var rows [][]string
+	failedOver := false
+	for _, r := range rep.Results {
+		status := string(r.Status)
+		switch r.Status {
+		case verify.Pass:
+			status = paint(st.OK, status)
+		case verify.Fail:
+			status = paint(st.Fail, status)
+		default:
+			status = paint(st.Dim, status)
+		}
+		role := r.Role
+		if role == "" {
+			role = "-"
+		}
+		rows = append(rows, []string{r.Check, role, status, r.Detail})
+		failedOver = failedOver || r.Failover != nil
+	}
+	if err := writeTable(w, []string{"CHECK", "ROLE", "RESULT", "DETAIL"}, rows); err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nverify: %d passed, %d failed, %d skipped\n", rep.Count(verify.Pass), rep.Count(verify.Fail), rep.Count(verify.Skip))
+	if failedOver {
+		b.WriteString("The old leaders' workers may run on until they notice they lost their sessions: a worker on the lease package notices within milliseconds, others at their next heartbeat.\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// ---- JSON ----
+
+// verifyJSON is the documented schema of `leasectl verify -o json` (README).
+type verifyJSON struct {
+	Server  dbconn.ServerInfo  `json:"server"`
+	Passed  bool               `json:"passed"`
+	Counts  map[string]int     `json:"counts"`
+	Results []verifyResultJSON `json:"results"`
+}
+
+type verifyResultJSON struct {
+	Check    string        `json:"check"`
+	Role     *string       `json:"role"`
+	Key      *string       `json:"key"`
+	Status   string        `json:"status"`
+	Detail   string        `json:"detail"`
+	Leader   *sessionJSON  `json:"leader"`
+	Failover *failoverJSON `json:"failover"`
+	Probe    *probeSummary `json:"probe"`
+}
+
+type probeSummary struct {
+	Target  string        `json:"target"`
+	Verdict probe.Verdict `json:"verdict"`
+	Reasons []string      `json:"reasons"`
+}
+
+func verifyJSONOf(rep *verify.Report, staleAfter time.Duration) verifyJSON {
+	out := verifyJSON{Server: rep.Server, Passed: rep.Passed(), Results: make([]verifyResultJSON, 0, len(rep.Results)),
+		Counts: map[string]int{}}
+	for _, s := range []verify.Status{verify.Pass, verify.Fail, verify.Skip} {
+		out.Counts[string(s)] = rep.Count(s)
+	}
+	for _, r := range rep.Results {
+		j := verifyResultJSON{Check: r.Check, Status: string(r.Status), Detail: r.Detail}
+		if r.Role != "" {
+			role, key := r.Role, r.Key.String()
+			j.Role, j.Key = &role, &key
+		}
+		if r.Leader != nil {
+			l := sessionJSONOf(*r.Leader, r.Now, staleAfter)
+			j.Leader = &l
+		}
+		if r.Failover != nil {
+			f := failoverJSONOf(r.Failover)
+			j.Failover = &f
+		}
+		if p := r.Probe; p != nil {
+			j.Probe = &probeSummary{Target: p.Target, Verdict: p.Verdict, Reasons: append([]string{}, p.Reasons()...)}
+		}
+		out.Results = append(out.Results, j)
+	}
+	return out
+}

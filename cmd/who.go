@@ -1,0 +1,624 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/keys"
+	"github.com/leasectl/leasectl/locks"
+	"github.com/spf13/cobra"
+)
+
+// defaultWatchInterval is the redraw interval of a bare --watch.
+const defaultWatchInterval = 2 * time.Second
+
+type whoOptions struct {
+	app   *App
+	Args  []string
+	All   bool
+	Stale time.Duration
+	Check bool
+	Watch time.Duration // 0: draw once
+}
+
+func newWhoCmd(app *App) *cobra.Command {
+	opts := &whoOptions{app: app}
+	c := &cobra.Command{
+		Use:   "who [ROLE|KEY ...]",
+		Short: "Show who holds and awaits each role's lease, and whether the holder is stale",
+		Long: `Show, from the server itself, which session holds each role's advisory key
+and which sessions wait for it: pg_locks joined with pg_stat_activity in one
+query, for the current database only (advisory locks are per database).
+
+With no arguments every role of keys.yaml is shown; ROLE names or bare
+integer KEYs (or k1,k2 for the two-int4 form) narrow it; negative keys go
+after "--" (leasectl who -- -1). --all adds every other advisory lock of the
+database.
+
+A holder idle for longer than --stale is flagged STALE: a leader heartbeats
+on its lease session, so a long-idle holder is hung, or its lock is stranded
+on a pooled server connection whose client went away. A holder with no pid
+is a prepared transaction (ROLLBACK PREPARED releases it).
+
+Without pg_read_all_stats the server hides other roles' client, session
+start and state: they show as "hidden", with the GRANT that reveals them.
+
+--check exits 1 when a requested role has no holder or a stale one, for
+alerts and deploy gates. --watch redraws every INTERVAL (default 2s) until
+Ctrl-C; give the interval as --watch=5s or as a duration argument.`,
+		Example: `  leasectl who                       # every role of keys.yaml
+  leasectl who poller --check        # exit 1 when poller has no live leader
+  leasectl who --all                 # also advisory locks of no role
+  leasectl who 1840000001 --stale 15s
+  leasectl who --watch               # follow a failover live
+  leasectl who -o json | jq '.leases[] | select(.state == "FREE") | .role'`,
+		ValidArgsFunction: completeRoles(app),
+		RunE: func(c *cobra.Command, args []string) error {
+			opts.Args = args
+			return runWho(c.Context(), opts, c.Flags().Changed("watch"))
+		},
+	}
+	c.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if m := negativeKey.FindStringSubmatch(err.Error()); m != nil {
+			return usageErrorf("%v: a negative key looks like a flag; put keys after --: leasectl who -- %s", err, m[1])
+		}
+		return &UsageError{Err: err}
+	})
+	f := c.Flags()
+	f.BoolVar(&opts.All, "all", false, "also show advisory locks whose keys are in no role of keys.yaml")
+	f.DurationVar(&opts.Stale, "stale", 45*time.Second, "flag a holder idle for longer than this as STALE (three missed 15s heartbeats)")
+	f.BoolVar(&opts.Check, "check", false, "exit 1 when a requested role has no holder or a stale one")
+	f.DurationVar(&opts.Watch, "watch", 0, "redraw every INTERVAL until Ctrl-C (--watch, --watch=5s)")
+	f.Lookup("watch").NoOptDefVal = defaultWatchInterval.String()
+	return c
+}
+
+// negativeKey finds the argument of pflag's "unknown shorthand flag: '1' in
+// -1" when a negative key was taken for flags.
+var negativeKey = regexp.MustCompile(`unknown shorthand flag: '\d' in (-\d[\d,-]*)$`)
+
+// whoSelection is what the arguments asked for.
+type whoSelection struct {
+	roles []locks.Role // the whole role map
+	want  []locks.Key  // the keys to show, free ones included
+}
+
+func runWho(ctx context.Context, opts *whoOptions, watchGiven bool) error {
+	if err := opts.takeWatchInterval(watchGiven); err != nil {
+		return err
+	}
+	switch {
+	case opts.Stale <= 0:
+		return usageErrorf("invalid --stale %s: it must be positive, e.g. 45s", opts.Stale)
+	case opts.Check && opts.Watch > 0:
+		return usageErrorf("--check and --watch do not combine: --check is one verdict, --watch never ends")
+	case watchGiven && opts.Watch < 100*time.Millisecond:
+		return usageErrorf("invalid --watch %s: use an interval of at least 100ms, e.g. --watch=2s", opts.Watch)
+	}
+	sel, err := opts.selection()
+	if err != nil {
+		return err
+	}
+	if opts.Watch > 0 {
+		return watchWho(ctx, opts, sel)
+	}
+	conn, err := opts.app.Connect(ctx, "")
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	view, err := readWho(ctx, opts, conn, sel)
+	if err != nil {
+		return err
+	}
+	if err := renderWho(opts.app.IO.Out, opts, view); err != nil {
+		return err
+	}
+	if opts.Check {
+		return view.checkError()
+	}
+	return nil
+}
+
+// takeWatchInterval lets `--watch 5s` mean `--watch=5s`: a flag with an
+// optional value only takes it after "=", so the interval arrives as an
+// argument. Role names win over durations.
+func (opts *whoOptions) takeWatchInterval(watchGiven bool) error {
+	if !watchGiven {
+		return nil
+	}
+	var roles *keys.File
+	var rest []string
+	taken := false
+	for _, a := range opts.Args {
+		d, err := time.ParseDuration(a)
+		if err != nil || isInteger(a) {
+			rest = append(rest, a)
+			continue
+		}
+		if roles == nil {
+			roles, _ = opts.app.LoadKeys()
+		}
+		if roles != nil {
+			if _, ok := roles.Role(a); ok {
+				rest = append(rest, a)
+				continue
+			}
+		}
+		if taken {
+			return usageErrorf("two --watch intervals given (%s and %s)", opts.Watch, a)
+		}
+		opts.Watch, taken = d, true
+	}
+	opts.Args = rest
+	return nil
+}
+
+func isInteger(s string) bool {
+	_, err := strconv.ParseInt(s, 10, 64)
+	return err == nil
+}
+
+// selection resolves the arguments against keys.yaml. The file may be
+// missing (not invalid) when only keys or --all are asked for and no keys
+// file was named.
+func (opts *whoOptions) selection() (whoSelection, error) {
+	var sel whoSelection
+	f, err := loadRoleMap(opts.app, opts.All || allKeys(opts.Args))
+	if err != nil {
+		return sel, err
+	}
+	sel.roles = roleMap(f)
+	if len(opts.Args) == 0 {
+		for _, r := range sel.roles {
+			sel.want = append(sel.want, locks.BigintKey(r.Key))
+		}
+		if opts.Check && len(sel.want) == 0 {
+			return sel, &InputError{Err: fmt.Errorf("--check has nothing to check: %s has no roles; name the KEYs to check", f.Path)}
+		}
+		return sel, nil
+	}
+	for _, a := range opts.Args {
+		k, err := roleOrKey(f, a)
+		if err != nil {
+			return sel, err
+		}
+		sel.want = append(sel.want, k)
+	}
+	return sel, nil
+}
+
+func allKeys(args []string) bool {
+	for _, a := range args {
+		if _, err := locks.ParseAnyKey(a); err != nil {
+			return false
+		}
+	}
+	return len(args) > 0
+}
+
+// whoView is one reading: the server that answered and the leases to show.
+type whoView struct {
+	server     dbconn.ServerInfo
+	addr       string // where we connected, for the header when the server does not say (unix socket)
+	now        time.Time
+	leases     []locks.Lease
+	all        bool
+	staleAfter time.Duration
+}
+
+func readWho(ctx context.Context, opts *whoOptions, conn *pgx.Conn, sel whoSelection) (*whoView, error) {
+	ctx, cancel := context.WithTimeout(ctx, opts.app.Global.Timeout)
+	defer cancel()
+	server, err := dbconn.Server(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := locks.Read(ctx, conn, locks.Filter{All: opts.All, Keys: sel.want})
+	if err != nil {
+		return nil, err
+	}
+	cfg := conn.Config()
+	return &whoView{server: server, addr: dbconn.Addr(&cfg.Config), now: snap.Now,
+		leases: snap.Leases(sel.roles, sel.want, opts.All), all: opts.All, staleAfter: opts.Stale}, nil
+}
+
+// checkError is the --check verdict: every requested lease needs a live
+// holder.
+func (v *whoView) checkError() error {
+	var bad []string
+	for _, l := range v.leases {
+		if !l.Requested {
+			continue
+		}
+		switch l.Health(v.now, v.staleAfter) {
+		case locks.NoHolder:
+			bad = append(bad, l.Name()+" has no holder")
+		case locks.StaleHolder:
+			h, _ := l.Holder()
+			idle, _ := h.Idle(v.now)
+			bad = append(bad, fmt.Sprintf("%s's holder %s is stale (idle %s > --stale %s)", l.Name(), holderName(h), fmtAge(idle), v.staleAfter))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return &CheckFailedError{Message: "who --check: " + strings.Join(bad, "; ")}
+}
+
+func holderName(s locks.Session) string {
+	if s.Prepared != nil {
+		return fmt.Sprintf("prepared transaction %q", s.Prepared.GID)
+	}
+	return "pid " + strconv.Itoa(int(s.PID))
+}
+
+func renderWho(w io.Writer, opts *whoOptions, v *whoView) error {
+	if opts.app.JSON() {
+		return writeJSON(w, whoJSONOf(v))
+	}
+	return renderWhoText(w, opts.app.styles(), opts.app.Color(), v)
+}
+
+// watchWho redraws until ctx ends (Ctrl-C): in place on a terminal, as a
+// stream of frames with a separator otherwise, one JSON document a frame
+// with -o json. A failed reading is reported (in the frame; on stderr for
+// JSON) and the connection is opened again for the next one, so a restart
+// or failover of the server itself can be watched too.
+func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
+	app := opts.app
+	conn, err := app.Connect(ctx, "")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}()
+	tick := time.NewTicker(opts.Watch)
+	defer tick.Stop()
+	st := app.styles()
+	inPlace := app.IO.OutTTY && !app.JSON()
+	var frame bytes.Buffer
+	for n := 0; ; n++ {
+		var view *whoView
+		if conn == nil {
+			conn, err = app.Connect(ctx, "")
+		}
+		if err == nil {
+			view, err = readWho(ctx, opts, conn, sel)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		frame.Reset()
+		switch {
+		case inPlace:
+			frame.WriteString("\x1b[H\x1b[2J") // home, clear: redraw in place
+		case !app.JSON() && n > 0:
+			fmt.Fprintf(&frame, "\n--- %s\n", time.Now().Format(time.DateTime))
+		}
+		switch {
+		case err != nil:
+			if conn != nil {
+				conn.Close(context.Background())
+				conn = nil
+			}
+			msg := fmt.Sprintf("%s %s: %v (retrying every %s)\n", st.Fail.Render("✗"), time.Now().Format(time.TimeOnly), err, opts.Watch)
+			if app.JSON() {
+				fmt.Fprint(app.IO.ErrOut, msg)
+			} else {
+				frame.WriteString(msg)
+			}
+			err = nil
+		case app.JSON():
+			if err := writeJSON(&frame, whoJSONOf(view)); err != nil {
+				return err
+			}
+		default:
+			if err := renderWhoText(&frame, st, app.Color(), view); err != nil {
+				return err
+			}
+		}
+		if inPlace {
+			fmt.Fprintf(&frame, "\n%s\n", st.Dim.Render(fmt.Sprintf("every %s · Ctrl-C to stop", opts.Watch)))
+		}
+		if frame.Len() > 0 {
+			if _, err := app.IO.Out.Write(frame.Bytes()); err != nil {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// ---- text ----
+
+func renderWhoText(w io.Writer, st styles, color bool, v *whoView) error {
+	paint := painter(color)
+	var head strings.Builder
+	head.WriteString(serverLine(st, color, v.server, v.addr))
+	if v.server.InRecovery {
+		fmt.Fprintf(&head, "%s this server is a standby: its advisory locks are its own and say nothing about the primary's leases; point --dsn at the primary\n",
+			paint(st.Warn, "⚠ standby:"))
+	}
+	head.WriteString("\n")
+	if _, err := io.WriteString(w, head.String()); err != nil {
+		return err
+	}
+	if len(v.leases) == 0 {
+		msg := "no advisory locks in database " + v.server.Database
+		if !v.all {
+			msg = "no roles to show: the keys file has none (name KEYs, or use --all)"
+		}
+		_, err := fmt.Fprintln(w, msg)
+		return err
+	}
+	var rows [][]string
+	var anyStale, anyHidden, anyPrepared bool
+	for _, l := range v.leases {
+		role := l.Role
+		if role == "" {
+			role = "-"
+		}
+		key := l.Key.String()
+		if !l.Held() {
+			rows = append(rows, []string{role, key, paint(st.Fail, string(locks.Free)) + waitingSuffix(l), "-", "-", "-", "-", "-", "-"})
+		}
+		for _, h := range l.Holders {
+			state := paint(st.OK, string(locks.Held))
+			if h.Stale(v.now, v.staleAfter) {
+				state, anyStale = paint(st.Fail, string(locks.Held)+" STALE"), true
+			}
+			if h.Shared {
+				state += " (shared)"
+			}
+			rows = append(rows, sessionRow(role, key, state+waitingSuffix(l), h, v.now))
+		}
+		for _, s := range l.Waiters {
+			rows = append(rows, sessionRow(role, key, paint(st.Warn, "waiting"), s, v.now))
+		}
+		for _, s := range slices.Concat(l.Holders, l.Waiters) {
+			anyHidden = anyHidden || s.Hidden
+			anyPrepared = anyPrepared || s.Prepared != nil
+		}
+	}
+	if err := writeTable(w, []string{"ROLE", "KEY", "STATE", "PID", "USER", "APPLICATION", "CLIENT", "CONNECTED", "LAST ACTIVITY"}, rows); err != nil {
+		return err
+	}
+	var foot strings.Builder
+	if anyStale {
+		fmt.Fprintf(&foot, "\n%s idle for longer than --stale %s: a hung leader, or a lock stranded on a pooled server connection whose client is gone\n",
+			paint(st.Fail, "STALE:"), v.staleAfter)
+	}
+	if anyPrepared {
+		fmt.Fprintf(&foot, "\n%s held by a prepared transaction (no pid, no client): it lasts until COMMIT PREPARED or ROLLBACK PREPARED 'gid'\n",
+			paint(st.Warn, "prepared:"))
+	}
+	if anyHidden {
+		fmt.Fprintf(&foot, "\n%s role %s may not read other roles' sessions, so their client, start and state are withheld (and staleness unknown); to reveal them: GRANT pg_read_all_stats TO %s;\n",
+			paint(st.Warn, "hidden:"), v.server.User, quoteIdent(v.server.User))
+	}
+	_, err := io.WriteString(w, foot.String())
+	return err
+}
+
+func waitingSuffix(l locks.Lease) string {
+	if n := len(l.Waiters); n > 0 {
+		return fmt.Sprintf(", %d waiting", n)
+	}
+	return ""
+}
+
+func sessionRow(role, key, state string, s locks.Session, now time.Time) []string {
+	pid, client, connected, last := strconv.Itoa(int(s.PID)), "", "", ""
+	app := s.Application
+	switch {
+	case s.Prepared != nil:
+		pid, client, connected = "none", "-", "-"
+		app = fmt.Sprintf("prepared xact %q", s.Prepared.GID)
+		if d, ok := s.Idle(now); ok {
+			last = "prepared " + fmtAge(d) + " ago"
+		}
+	case s.Gone:
+		client, connected, last = "gone", "gone", "session ended"
+	case s.Hidden:
+		client, connected, last = "hidden", "hidden", "hidden"
+	default:
+		client = clientAddr(s)
+		connected = fmtAge(now.Sub(s.BackendStart))
+		last = s.State
+		if d, ok := s.Waited(now); ok {
+			last = "waiting " + fmtAge(d)
+		} else if !s.StateChange.IsZero() {
+			last += " " + fmtAge(now.Sub(s.StateChange))
+		}
+	}
+	if app == "" {
+		app = `""` // an empty application_name, not a missing one
+	}
+	return []string{role, key, state, pid, s.User, app, client, connected, orDash(last)}
+}
+
+func clientAddr(s locks.Session) string {
+	if s.ClientAddr == "" {
+		return "local socket"
+	}
+	return net.JoinHostPort(s.ClientAddr, strconv.Itoa(int(s.ClientPort)))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// shortVersion keeps "15.18" of "15.18 (Debian 15.18-0+deb12u1)".
+func shortVersion(v string) string {
+	if i := strings.IndexByte(v, ' '); i > 0 {
+		return v[:i]
+	}
+	return v
+}
+
+// quoteIdent quotes a role name for the GRANT hint when it needs quoting.
+func quoteIdent(s string) string {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+		}
+	}
+	return s
+}
+
+// fmtAge renders a duration the way `who` shows ages: 3s, 2m05s, 1h02m,
+// 3d04h.
+func fmtAge(d time.Duration) string {
+	d = max(d, 0)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 24*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// ---- JSON ----
+
+// whoJSON is the documented schema of `leasectl who -o json` (README).
+type whoJSON struct {
+	Server            dbconn.ServerInfo `json:"server"`
+	Now               time.Time         `json:"now"`
+	StaleAfterSeconds float64           `json:"stale_after_seconds"`
+	Leases            []leaseJSON       `json:"leases"`
+	Hidden            bool              `json:"hidden"`
+	RevealGrant       *string           `json:"reveal_grant"`
+}
+
+type leaseJSON struct {
+	Role        *string       `json:"role"`
+	Key         string        `json:"key"`
+	KeyForm     string        `json:"key_form"`
+	Requested   bool          `json:"requested"`
+	State       string        `json:"state"`
+	Stale       bool          `json:"stale"`
+	Health      string        `json:"health"`
+	WaiterCount int           `json:"waiter_count"`
+	Holders     []sessionJSON `json:"holders"`
+	Waiters     []sessionJSON `json:"waiters"`
+}
+
+type sessionJSON struct {
+	PID             *int32        `json:"pid"`
+	PreparedXact    *preparedJSON `json:"prepared_xact"`
+	Mode            string        `json:"mode"`
+	User            string        `json:"user"`
+	ApplicationName string        `json:"application_name"`
+	ClientAddr      *string       `json:"client_addr"`
+	ClientPort      *int32        `json:"client_port"`
+	BackendStart    *time.Time    `json:"backend_start"`
+	State           *string       `json:"state"`
+	StateChange     *time.Time    `json:"state_change"`
+	IdleSeconds     *float64      `json:"idle_seconds"`
+	WaitStart       *time.Time    `json:"wait_start"`
+	WaitSeconds     *float64      `json:"wait_seconds"`
+	Stale           bool          `json:"stale"`
+	Hidden          bool          `json:"hidden"`
+	Gone            bool          `json:"gone"`
+}
+
+type preparedJSON struct {
+	GID        string    `json:"gid"`
+	PreparedAt time.Time `json:"prepared_at"`
+	Owner      string    `json:"owner"`
+}
+
+func whoJSONOf(v *whoView) whoJSON {
+	out := whoJSON{Server: v.server, Now: v.now, StaleAfterSeconds: v.staleAfter.Seconds(), Leases: make([]leaseJSON, 0, len(v.leases))}
+	for _, l := range v.leases {
+		lj := leaseJSON{
+			Key: l.Key.String(), KeyForm: "bigint", Requested: l.Requested, State: string(l.State()),
+			Stale: l.Stale(v.now, v.staleAfter), WaiterCount: len(l.Waiters),
+			Holders: make([]sessionJSON, 0, len(l.Holders)), Waiters: make([]sessionJSON, 0, len(l.Waiters)),
+		}
+		if l.Role != "" {
+			lj.Role = &l.Role
+		}
+		if l.Key.Form == locks.Pair {
+			lj.KeyForm = "pair"
+		}
+		lj.Health = map[locks.Health]string{locks.Healthy: "ok", locks.NoHolder: "no_holder", locks.StaleHolder: "stale"}[l.Health(v.now, v.staleAfter)]
+		for _, s := range l.Holders {
+			lj.Holders = append(lj.Holders, sessionJSONOf(s, v.now, v.staleAfter))
+		}
+		for _, s := range l.Waiters {
+			lj.Waiters = append(lj.Waiters, sessionJSONOf(s, v.now, v.staleAfter))
+		}
+		out.Leases = append(out.Leases, lj)
+	}
+	if locks.AnyHidden(v.leases) {
+		grant := "GRANT pg_read_all_stats TO " + quoteIdent(v.server.User)
+		out.Hidden, out.RevealGrant = true, &grant
+	}
+	return out
+}
+
+// sessionJSONOf renders s as read at now; staleAfter 0 means no staleness
+// threshold applies (stale is false).
+func sessionJSONOf(s locks.Session, now time.Time, staleAfter time.Duration) sessionJSON {
+	j := sessionJSON{Mode: "exclusive", User: s.User, ApplicationName: s.Application,
+		Stale: staleAfter > 0 && s.Stale(now, staleAfter), Hidden: s.Hidden, Gone: s.Gone}
+	if s.Shared {
+		j.Mode = "shared"
+	}
+	if s.Prepared != nil {
+		j.PreparedXact = &preparedJSON{GID: s.Prepared.GID, PreparedAt: s.Prepared.PreparedAt, Owner: s.Prepared.Owner}
+	} else {
+		j.PID = &s.PID
+	}
+	if s.ClientAddr != "" {
+		j.ClientAddr, j.ClientPort = &s.ClientAddr, &s.ClientPort
+	}
+	j.BackendStart, j.StateChange, j.WaitStart = timeOrNil(s.BackendStart), timeOrNil(s.StateChange), timeOrNil(s.WaitStart)
+	if s.State != "" {
+		j.State = &s.State
+	}
+	if d, ok := s.Idle(now); ok {
+		j.IdleSeconds = secondsOf(d)
+	}
+	if d, ok := s.Waited(now); ok {
+		j.WaitSeconds = secondsOf(d)
+	}
+	return j
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func secondsOf(d time.Duration) *float64 {
+	s := d.Round(time.Millisecond).Seconds()
+	return &s
+}

@@ -1,0 +1,246 @@
+// Command who measures `leasectl who` as a whole process against psql
+// running the same query, on a server with many idle sessions holding many
+// advisory locks.
+//
+// It starts its own lab (PostgreSQL, no pooler), opens -sessions idle
+// connections that each hold -locks-per-session advisory locks (three of
+// them hold the roles of keys.yaml), builds leasectl, and then times, with
+// runs alternating so that drift hits both alike:
+//
+//	leasectl who --all             vs  psql -X -At -f all.sql
+//	leasectl who (over keys.yaml)  vs  psql -X -At -f roles.sql
+//
+// where the .sql files hold locks.HoldersSQL with its parameters inlined
+// and psql connects with gssencmode=disable (pgx does not try GSSAPI
+// either). stdout of both goes to /dev/null (not a terminal: plain output).
+// It prints medians, p90 and the ratio leasectl / psql. Run it from the
+// repository root:
+//
+//	go run ./internal/bench/who
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/benchutil"
+	"github.com/leasectl/leasectl/keys"
+	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/locks"
+)
+
+func main() {
+	sessions := flag.Int("sessions", 200, "idle sessions holding locks")
+	perSession := flag.Int("locks-per-session", 50, "advisory locks each session holds")
+	runs := flag.Int("n", 30, "timed runs of each command")
+	keysFile := flag.String("keys", "keys.yaml", "role map for `leasectl who` (its roles are among the held keys)")
+	flag.BoolVar(&explain, "explain", false, "also print EXPLAIN ANALYZE of both queries")
+	flag.BoolVar(&serve, "serve", false, "set up, print the environment to reach it, and wait for Ctrl-C instead of timing (for profiling)")
+	flag.Parse()
+	if err := run(*sessions, *perSession, *runs, *keysFile); err != nil {
+		fmt.Fprintln(os.Stderr, "bench who:", err)
+		os.Exit(1)
+	}
+}
+
+var explain, serve bool
+
+func run(sessions, perSession, runs int, keysPath string) error {
+	ctx := context.Background()
+	roles, err := keys.Load(keysPath)
+	if err != nil {
+		return fmt.Errorf("%w (run from the repository root, or pass -keys)", err)
+	}
+	psql, err := exec.LookPath("psql")
+	if err != nil {
+		return fmt.Errorf("psql is the baseline and is not on PATH (Debian: apt-get install postgresql-client): %w", err)
+	}
+	work, err := os.MkdirTemp("", "leasectl-bench-who-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+
+	fmt.Fprintln(os.Stderr, "building leasectl ...")
+	leasectl, err := benchutil.BuildLeasectl(work)
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintln(os.Stderr, "starting lab ...")
+	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	l, err := lab.Start(startCtx, lab.Options{Poolers: []lab.PoolerSpec{}})
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer l.Stop(context.Background())
+	dsn := l.DirectDSN()
+
+	fmt.Fprintf(os.Stderr, "opening %d sessions holding %d advisory locks each ...\n", sessions, perSession)
+	conns, err := holdLocks(ctx, dsn, sessions, perSession, roles)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, c := range conns {
+			c.Close(context.Background())
+		}
+	}()
+
+	var roleKeys []string
+	for _, r := range roles.Roles {
+		roleKeys = append(roleKeys, strconv.FormatInt(r.Key, 10))
+	}
+	allSQL := filepath.Join(work, "all.sql")
+	rolesSQL := filepath.Join(work, "roles.sql")
+	if err := os.WriteFile(allSQL, []byte(inline(true, nil)), 0o600); err != nil {
+		return err
+	}
+	if err := os.WriteFile(rolesSQL, []byte(inline(false, roleKeys)), 0o600); err != nil {
+		return err
+	}
+	env := []string{"LEASECTL_DSN=" + dsn, "PGPASSFILE=" + l.PassFile}
+	whoAll := cmdSpec{leasectl, []string{"who", "--all", "--keys", keysPath}}
+	whoRoles := cmdSpec{leasectl, []string{"who", "--keys", keysPath}}
+	// libpq tries GSSAPI encryption first by default; pgx does not, so
+	// the baseline does not either.
+	psqlDSN := dsn + "&gssencmode=disable"
+	psqlAll := cmdSpec{psql, []string{"-X", "-At", "-d", psqlDSN, "-f", allSQL}}
+	psqlRoles := cmdSpec{psql, []string{"-X", "-At", "-d", psqlDSN, "-f", rolesSQL}}
+
+	// Check that both sides see the same locks before timing them.
+	total := sessions * perSession
+	if n, err := countLines(psqlAll, env); err != nil || n != total {
+		return fmt.Errorf("psql --all printed %d rows (%v), want %d", n, err, total)
+	}
+	if n, err := countLines(whoAll, env); err != nil || n < total {
+		return fmt.Errorf("leasectl who --all printed %d lines (%v), want at least %d", n, err, total)
+	}
+
+	if serve {
+		fmt.Printf("export LEASECTL_DSN='%s' PGPASSFILE='%s'\n# queries: %s %s\n# Ctrl-C to stop\n", dsn, l.PassFile, allSQL, rolesSQL)
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+		<-sig
+		return nil
+	}
+	if explain {
+		for _, f := range []string{allSQL, rolesSQL} {
+			sql, _ := os.ReadFile(f)
+			cmd := exec.Command(psql, "-X", "-d", dsn, "-c", "EXPLAIN (ANALYZE, COSTS OFF) "+strings.TrimSuffix(string(sql), ";\n"))
+			cmd.Env, cmd.Stdout, cmd.Stderr = append(os.Environ(), env...), os.Stdout, os.Stderr
+			if err := cmd.Run(); err != nil {
+				return err
+			}
+		}
+	}
+	fmt.Printf("who benchmark: %d idle sessions, %d advisory locks held, %s, %d runs each, alternating\n",
+		sessions, total, l.Version, runs)
+	fmt.Printf("%-34s %10s %10s %10s\n", "command", "median", "p90", "vs psql")
+	for _, pair := range [][2]cmdSpec{{whoAll, psqlAll}, {whoRoles, psqlRoles}} {
+		a, b, err := alternate(ctx, pair[0], pair[1], env, runs)
+		if err != nil {
+			return err
+		}
+		sa, sb := benchutil.Summarize(a), benchutil.Summarize(b)
+		fmt.Printf("%-34s %10s %10s %9sx\n", pair[0].label(), benchutil.Ms(sa.Median), benchutil.Ms(sa.P90), benchutil.Ratio(sa.Median, sb.Median))
+		fmt.Printf("%-34s %10s %10s %10s\n", pair[1].label(), benchutil.Ms(sb.Median), benchutil.Ms(sb.P90), "")
+	}
+	return nil
+}
+
+// holdLocks opens n sessions that each take perSession advisory locks in
+// one statement and then stay idle. The first sessions take the roles' keys
+// among theirs, so that `leasectl who` finds them held.
+func holdLocks(ctx context.Context, dsn string, n, perSession int, roles *keys.File) ([]*pgx.Conn, error) {
+	cfg, err := dbconn.Parse(dsn, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	var conns []*pgx.Conn
+	for i := range n {
+		c := cfg.Copy()
+		c.RuntimeParams["application_name"] = fmt.Sprintf("bench-worker-%d", i)
+		conn, err := dbconn.Connect(ctx, c)
+		if err != nil {
+			return conns, err
+		}
+		conns = append(conns, conn)
+		keys := make([]int64, 0, perSession)
+		if i < len(roles.Roles) {
+			keys = append(keys, roles.Roles[i].Key)
+		}
+		for k := int64(len(keys)); k < int64(perSession); k++ {
+			keys = append(keys, 7_000_000_000+int64(i)*int64(perSession)+k)
+		}
+		if _, err := conn.Exec(ctx, "SELECT count(pg_advisory_lock(k)) FROM unnest($1::bigint[]) k", keys); err != nil {
+			return conns, fmt.Errorf("take locks (max_locks_per_transaction too low?): %w", err)
+		}
+	}
+	return conns, nil
+}
+
+// inline returns HoldersSQL with its parameters written in, for psql.
+func inline(all bool, bigints []string) string {
+	arr := "'{" + strings.Join(bigints, ",") + "}'"
+	r := strings.NewReplacer("$1::bool", strconv.FormatBool(all), "$2::bigint[]", arr+"::bigint[]", "$3::bigint[]", "'{}'::bigint[]")
+	return r.Replace(locks.HoldersSQL) + ";\n"
+}
+
+type cmdSpec struct {
+	path string
+	args []string
+}
+
+func (c cmdSpec) label() string {
+	name := filepath.Base(c.path)
+	if name == "psql" {
+		return "psql -X -At -f " + filepath.Base(c.args[len(c.args)-1])
+	}
+	return name + " " + strings.Join(c.args[:len(c.args)-2], " ")
+}
+
+func (c cmdSpec) time(ctx context.Context, env []string) (time.Duration, error) {
+	d, code, err := benchutil.TimeProcess(ctx, env, c.path, c.args...)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("%s: exit %d", c.label(), code)
+	}
+	return d, err
+}
+
+func countLines(c cmdSpec, env []string) (int, error) {
+	cmd := exec.Command(c.path, c.args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.Output()
+	return strings.Count(string(out), "\n"), err
+}
+
+// alternate runs a and b in turns, after one untimed warm-up of each.
+func alternate(ctx context.Context, a, b cmdSpec, env []string, n int) (ta, tb []time.Duration, err error) {
+	for i := -1; i < n; i++ {
+		da, err := a.time(ctx, env)
+		if err != nil {
+			return nil, nil, err
+		}
+		db, err := b.time(ctx, env)
+		if err != nil {
+			return nil, nil, err
+		}
+		if i >= 0 {
+			ta, tb = append(ta, da), append(tb, db)
+		}
+	}
+	return ta, tb, nil
+}

@@ -1,0 +1,234 @@
+package keys
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Severity says whether a finding breaks compatibility.
+type Severity string
+
+// The severities of findings.
+const (
+	// SeverityError is a change that breaks a rolling deploy: `keys diff`
+	// exits 1.
+	SeverityError Severity = "error"
+	// SeverityInfo is a compatible change worth a note in the pull request.
+	SeverityInfo Severity = "info"
+)
+
+// The diff rules, by their stable names. DUPLICATE_KEY is shared with the
+// lint rules.
+const (
+	RuleKeyChanged  = "KEY_CHANGED"
+	RuleRoleRemoved = "ROLE_REMOVED"
+	RuleKeyReused   = "KEY_REUSED"
+	RuleRoleAdded   = "ROLE_ADDED"
+	RuleRoleRetired = "ROLE_RETIRED"
+	RuleRoleRenamed = "ROLE_RENAMED"
+)
+
+// DiffRules are the rules [Diff] applies, with their severities.
+var DiffRules = []RuleDoc{
+	{RuleKeyChanged, SeverityError, "a role's key differs from the base: old and new binaries lock different keys and both lead"},
+	{RuleRoleRemoved, SeverityError, "a role is gone without moving to `retired:` with the same key, so nothing keeps its key from being reused"},
+	{RuleKeyReused, SeverityError, "a role uses a key that belonged to another role, active or retired, in the base"},
+	{RuleDuplicateKey, SeverityError, "two roles of the new file share a key, or an active role uses a retired key"},
+	{RuleRoleAdded, SeverityInfo, "a new role with a new key"},
+	{RuleRoleRetired, SeverityInfo, "a role moved to `retired:` with its key"},
+	{RuleRoleRenamed, SeverityInfo, "same key, new name, old name gone: during the rollout both names contend for the one lock"},
+}
+
+// Finding is one difference between a base and a head keys file that a
+// rule reports, located in the head file.
+type Finding struct {
+	Rule     string
+	Severity Severity
+	// Path and Line locate the finding in the head file. A removed role is
+	// reported at the head's "roles:" line.
+	Path string
+	Line int
+	// Role is the role the finding is about.
+	Role    string
+	Message string
+}
+
+// Diff compares head, the new version of a keys file, with base, the
+// version the running binaries use, and returns what the rules find, in line
+// order. The files need only be decoded ([Decode]): a key shared within the
+// head is reported as DUPLICATE_KEY, not refused.
+func Diff(base, head *File) []Finding {
+	d := differ{base: base, head: head, owners: map[int64][]owner{}}
+	for _, e := range base.Roles {
+		d.owners[e.Key] = append(d.owners[e.Key], owner{Entry: e})
+	}
+	for _, e := range base.Retired {
+		d.owners[e.Key] = append(d.owners[e.Key], owner{Entry: e, retired: true})
+	}
+	for _, p := range head.duplicateKeys() {
+		d.add(RuleDuplicateKey, SeverityError, p.Line, p.Role, "%s", p.Message)
+	}
+	renamed := map[string]bool{}
+	for _, e := range head.Roles {
+		if from, ok := d.headRole(e); ok {
+			renamed[from] = true
+		}
+	}
+	for _, b := range base.Roles {
+		if _, ok := head.Role(b.Name); !ok && !renamed[b.Name] {
+			d.goneRole(b)
+		}
+	}
+	sort.SliceStable(d.findings, func(i, j int) bool {
+		a, b := d.findings[i], d.findings[j]
+		if a.Line != b.Line {
+			return a.Line < b.Line
+		}
+		return a.Rule < b.Rule
+	})
+	return d.findings
+}
+
+// owner is a role that held a key in the base.
+type owner struct {
+	Entry
+	retired bool
+}
+
+func (o owner) describe() string {
+	if o.retired {
+		return fmt.Sprintf("retired role %q", o.Name)
+	}
+	return fmt.Sprintf("role %q", o.Name)
+}
+
+type differ struct {
+	base, head *File
+	owners     map[int64][]owner
+	findings   []Finding
+}
+
+func (d *differ) add(rule string, sev Severity, line int, role, format string, args ...any) {
+	d.findings = append(d.findings, Finding{Rule: rule, Severity: sev, Path: d.head.Path, Line: line, Role: role, Message: fmt.Sprintf(format, args...)})
+}
+
+// headRole applies the rules to one active role of the head. It returns the
+// base role that e renames, if it does.
+func (d *differ) headRole(e Entry) (renamedFrom string, renamed bool) {
+	var others []owner
+	for _, o := range d.owners[e.Key] {
+		if o.Name != e.Name {
+			others = append(others, o)
+		}
+	}
+	if b, ok := d.base.Role(e.Name); ok {
+		if b.Key != e.Key {
+			d.add(RuleKeyChanged, SeverityError, e.Line, e.Name,
+				"role %q changed its key from %d to %d: during a rolling deploy old binaries lock %d and new ones %d, so both lead; put back %d (to move a role to a new key, add a role with a new name and retire this one)",
+				e.Name, b.Key, e.Key, b.Key, e.Key, b.Key)
+			d.reused(e, others)
+		}
+		return "", false
+	}
+	if len(others) == 1 && !others[0].retired && d.gone(others[0].Name) && d.onlyHolder(e) {
+		from := others[0]
+		d.add(RuleRoleRenamed, SeverityInfo, e.Line, e.Name,
+			"role %q was renamed to %q (same key %d): during the rollout old binaries run %q and new ones %q, and both names contend for the one lock, so only one replica leads; make sure both do the same job",
+			from.Name, e.Name, e.Key, from.Name, e.Name)
+		return from.Name, true
+	}
+	if len(others) > 0 {
+		d.reused(e, others)
+		return "", false
+	}
+	if r, ok := d.base.RetiredRole(e.Name); ok {
+		d.add(RuleRoleAdded, SeverityInfo, e.Line, e.Name, "retired role %q is active again, with key %d (it was retired with key %d)", e.Name, e.Key, r.Key)
+		return "", false
+	}
+	d.add(RuleRoleAdded, SeverityInfo, e.Line, e.Name, "role %q was added with key %d", e.Name, e.Key)
+	return "", false
+}
+
+// reused reports e's key as one that other roles held in the base.
+func (d *differ) reused(e Entry, others []owner) {
+	for _, o := range others {
+		why := fmt.Sprintf("binaries of the base still lock it for %q, so the two roles contend and one of them never leads", o.Name)
+		if o.retired {
+			why = fmt.Sprintf("a retired key is never reused, since binaries older than the base may still lock it for %q", o.Name)
+		}
+		d.add(RuleKeyReused, SeverityError, e.Line, e.Name,
+			"role %q uses key %d, which belonged to %s in the base: %s; give %q a key no role ever had",
+			e.Name, e.Key, o.describe(), why, e.Name)
+	}
+}
+
+// gone reports whether the head lists name nowhere, active or retired.
+func (d *differ) gone(name string) bool {
+	_, active := d.head.Role(name)
+	_, retired := d.head.RetiredRole(name)
+	return !active && !retired
+}
+
+// onlyHolder reports whether e is the only entry of the head with its key.
+func (d *differ) onlyHolder(e Entry) bool {
+	n := 0
+	for _, list := range [][]Entry{d.head.Roles, d.head.Retired} {
+		for _, x := range list {
+			if x.Key == e.Key {
+				n++
+			}
+		}
+	}
+	return n == 1
+}
+
+// goneRole applies the rules to a base role that the head no longer lists
+// as active and that no head role renames.
+func (d *differ) goneRole(b Entry) {
+	r, ok := d.head.RetiredRole(b.Name)
+	switch {
+	case ok && r.Key == b.Key:
+		d.add(RuleRoleRetired, SeverityInfo, r.Line, b.Name, "role %q was retired; its key %d stays reserved under retired:", b.Name, b.Key)
+	case ok:
+		d.add(RuleRoleRemoved, SeverityError, r.Line, b.Name,
+			"role %q moved to retired: with key %d, but it used key %d: a retired entry keeps the key the role had, so that key is never reused; write %s: %d",
+			b.Name, r.Key, b.Key, b.Name, b.Key)
+	default:
+		d.add(RuleRoleRemoved, SeverityError, d.head.RolesLine, b.Name,
+			"role %q (key %d) was removed: move it under retired: with the same key (%s: %d) so that the key is never given to another role while old binaries still use it",
+			b.Name, b.Key, b.Name, b.Key)
+	}
+}
+
+// LoadHead reads the new version of a keys file for [Diff]. Its form must be
+// valid, and of the lint rules only DUPLICATE_KEY may fail, since Diff
+// reports that as a finding; any other problem is an [*InvalidError].
+func LoadHead(path string) (*File, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	f, problems := decode(path, data)
+	if f != nil {
+		for _, p := range f.Lint() {
+			if p.Rule != RuleDuplicateKey {
+				problems = append(problems, p)
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return nil, invalid(path, problems)
+	}
+	return f, nil
+}
+
+// LoadBase reads a base version of a keys file from disk for [Diff]. Like
+// [LoadFromGit] it only decodes: the base is history, and only its form
+// must be readable.
+func LoadBase(path string) (*File, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Decode(path, data)
+}

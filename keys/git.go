@@ -1,0 +1,275 @@
+package keys
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// GitSource says where a base version of a keys file came from.
+type GitSource struct {
+	// Ref is the ref as given, or the tag found when none was given.
+	Ref string
+	// Commit is the full hash Ref resolved to.
+	Commit string
+	// Path is the file's path relative to the repository root.
+	Path string
+}
+
+// String renders the source the way git names a file at a revision.
+func (s GitSource) String() string { return s.Ref + ":" + s.Path }
+
+// GitError is a git command that failed for a reason leasectl does not
+// interpret (git missing, a corrupt repository, unsafe ownership).
+type GitError struct {
+	Args   []string
+	Stderr string
+	Err    error
+}
+
+func (e *GitError) Error() string {
+	if errors.Is(e.Err, exec.ErrNotFound) {
+		return "git is not installed, and keys diff needs it to read the base version (apt-get install git), or pass --base-file PATH"
+	}
+	msg := fmt.Sprintf("git %s: %v", strings.Join(e.Args, " "), e.Err)
+	if e.Stderr != "" {
+		msg += ": " + e.Stderr
+	}
+	return msg
+}
+
+func (e *GitError) Unwrap() error { return e.Err }
+
+// NotRepoError reports a keys file outside any git repository.
+type NotRepoError struct {
+	Path string
+}
+
+func (e *NotRepoError) Error() string {
+	return fmt.Sprintf("%s is not inside a git repository, so there is no earlier version to compare with: run keys diff in a clone, or pass --base-file PATH", e.Path)
+}
+
+// RefNotFoundError reports a ref that does not name a commit.
+type RefNotFoundError struct {
+	Ref string
+}
+
+func (e *RefNotFoundError) Error() string {
+	return fmt.Sprintf("git ref %q not found: check the tag, branch or commit (in a shallow CI clone, fetch history and tags: actions/checkout with fetch-depth: 0, or git fetch --tags)", e.Ref)
+}
+
+// NotAtRefError reports a keys file that does not exist at a ref.
+type NotAtRefError struct {
+	Ref  string
+	Path string
+	// Tree is set when the path names a directory at Ref.
+	Tree bool
+}
+
+func (e *NotAtRefError) Error() string {
+	if e.Tree {
+		return fmt.Sprintf("%s is a directory at %s, not a keys file", e.Path, e.Ref)
+	}
+	return fmt.Sprintf("%s does not exist at %s: check the path (relative to the repository root) and the ref; if this file is new since %s, pass --allow-missing-base", e.Path, e.Ref, e.Ref)
+}
+
+// NoBaseError reports that no tag is reachable from HEAD, so there is no
+// previous release to compare with.
+type NoBaseError struct {
+	// OnlyHead is set when the only tag reachable points at HEAD itself.
+	OnlyHead bool
+}
+
+func (e *NoBaseError) Error() string {
+	what := "no tag is reachable from HEAD"
+	if e.OnlyHead {
+		what = "no tag is reachable from HEAD except one on HEAD itself"
+	}
+	return what + ", so there is no previous release to compare with: pass --base REF, or --allow-missing-base for the first release (in CI, fetch tags: actions/checkout with fetch-depth: 0)"
+}
+
+// IsMissingBase reports whether err means there is no base version at all:
+// no previous release, or the file is new since the base ref. A first
+// release may pass on that (`keys diff --allow-missing-base`); a mistyped ref
+// never does.
+func IsMissingBase(err error) bool {
+	var noBase *NoBaseError
+	var notAt *NotAtRefError
+	return errors.As(err, &noBase) || (errors.As(err, &notAt) && !notAt.Tree)
+}
+
+// RepoPath returns the path of file relative to the root of the git
+// repository that holds it, with forward slashes: the path git revisions
+// and GitHub annotations use. It runs git in the file's directory.
+func RepoPath(ctx context.Context, file string) (string, error) {
+	dir := filepath.Dir(file)
+	prefix, err := git(ctx, dir, "rev-parse", "--show-prefix")
+	if err != nil {
+		var ge *GitError
+		if errors.As(err, &ge) && strings.Contains(ge.Stderr, "not a git repository") {
+			return "", &NotRepoError{Path: file}
+		}
+		if _, statErr := os.Stat(dir); statErr != nil {
+			return "", &NotFoundError{Path: file}
+		}
+		return "", err
+	}
+	return path.Join(strings.TrimSpace(string(prefix)), filepath.Base(file)), nil
+}
+
+// LatestTag returns the latest tag reachable from HEAD in the repository
+// that holds file: the previous release. When HEAD itself is tagged (a
+// release build), that tag is the release being checked, so the one before
+// it is returned.
+func LatestTag(ctx context.Context, file string) (string, error) {
+	dir := filepath.Dir(file)
+	tag, err := describe(ctx, dir, "HEAD")
+	if err != nil {
+		return "", err
+	}
+	tagCommit, err := resolve(ctx, dir, tag)
+	if err != nil {
+		return "", err
+	}
+	head, err := resolve(ctx, dir, "HEAD")
+	if err != nil {
+		return "", err
+	}
+	if tagCommit != head {
+		return tag, nil
+	}
+	if _, err := resolve(ctx, dir, "HEAD^"); err != nil {
+		return "", &NoBaseError{OnlyHead: true} // HEAD is the first commit
+	}
+	prev, err := describe(ctx, dir, "HEAD^")
+	var noBase *NoBaseError
+	if errors.As(err, &noBase) {
+		return "", &NoBaseError{OnlyHead: true}
+	}
+	return prev, err
+}
+
+func describe(ctx context.Context, dir, rev string) (string, error) {
+	out, err := git(ctx, dir, "describe", "--tags", "--abbrev=0", rev)
+	var ge *GitError
+	if errors.As(err, &ge) && (strings.Contains(ge.Stderr, "No names found") || strings.Contains(ge.Stderr, "No tags can describe")) {
+		return "", &NoBaseError{}
+	}
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// resolve returns the commit that ref names, or a [*RefNotFoundError].
+func resolve(ctx context.Context, dir, ref string) (string, error) {
+	if ref == "" || strings.HasPrefix(ref, "-") {
+		return "", &RefNotFoundError{Ref: ref}
+	}
+	out, err := git(ctx, dir, "rev-parse", "--verify", "--quiet", "--end-of-options", ref+"^{commit}")
+	var ge *GitError
+	var exit *exec.ExitError
+	if errors.As(err, &ge) && errors.As(err, &exit) && exit.ExitCode() == 1 {
+		return "", &RefNotFoundError{Ref: ref}
+	}
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// LoadFromGit reads the version of the keys file at file's path as of ref
+// (the equivalent of `git show REF:path`, path relative to the repository
+// root) and decodes it. An empty ref means [LatestTag]. The file is decoded,
+// not linted: the base is history, and only its form must be readable.
+func LoadFromGit(ctx context.Context, file, ref string) (*File, GitSource, error) {
+	repoPath, err := RepoPath(ctx, file)
+	if err != nil {
+		return nil, GitSource{}, err
+	}
+	src := GitSource{Ref: ref, Path: repoPath}
+	dir := filepath.Dir(file)
+	if src.Ref == "" {
+		if src.Ref, err = LatestTag(ctx, file); err != nil {
+			return nil, src, err
+		}
+	}
+	if src.Commit, err = resolve(ctx, dir, src.Ref); err != nil {
+		return nil, src, err
+	}
+	// One batch-check tells missing, directory and size apart before
+	// anything is read.
+	object := src.Commit + ":" + repoPath
+	out, err := gitStdin(ctx, dir, object+"\n", "cat-file", "--batch-check")
+	if err != nil {
+		return nil, src, err
+	}
+	fields := strings.Fields(string(out))
+	switch {
+	case len(fields) == 3 && fields[1] == "blob":
+	case len(fields) == 3 && fields[1] == "tree":
+		return nil, src, &NotAtRefError{Ref: src.Ref, Path: repoPath, Tree: true}
+	default:
+		return nil, src, &NotAtRefError{Ref: src.Ref, Path: repoPath}
+	}
+	if size, err := strconv.Atoi(fields[2]); err != nil || size > MaxFileSize {
+		return nil, src, &InvalidError{Path: src.String(), Problems: []Problem{{Rule: RuleFile, Message: fmt.Sprintf("the file is larger than %d bytes; a role map is a few lines", MaxFileSize)}}}
+	}
+	data, err := git(ctx, dir, "cat-file", "blob", fields[0])
+	if err != nil {
+		return nil, src, err
+	}
+	f, err := Decode(src.String(), data)
+	return f, src, err
+}
+
+// git runs git in dir and returns its standard output, at most
+// MaxFileSize+1 bytes of it.
+func git(ctx context.Context, dir string, args ...string) ([]byte, error) {
+	return gitStdin(ctx, dir, "", args...)
+}
+
+func gitStdin(ctx context.Context, dir, stdin string, args ...string) ([]byte, error) {
+	c := exec.CommandContext(ctx, "git", args...)
+	c.Dir = dir
+	// A fixed locale keeps the messages matched above in English; no
+	// prompt may wait for a terminal in CI.
+	c.Env = append(os.Environ(), "LC_ALL=C", "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0")
+	c.Stdin = strings.NewReader(stdin)
+	out := &cappedBuffer{max: MaxFileSize + 1}
+	var errOut cappedBuffer
+	errOut.max = 4096
+	c.Stdout, c.Stderr = out, &errOut
+	if err := c.Run(); err != nil {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, &GitError{Args: args, Stderr: strings.TrimSpace(errOut.String()), Err: err}
+	}
+	return out.Bytes(), nil
+}
+
+// cappedBuffer keeps the first max bytes written to it and drops the rest,
+// so a command's output cannot grow without bound.
+type cappedBuffer struct {
+	bytes.Buffer
+	max int
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.Len(); room > 0 {
+		if len(p) > room {
+			b.Buffer.Write(p[:room])
+		} else {
+			b.Buffer.Write(p)
+		}
+	}
+	return len(p), nil
+}

@@ -1,0 +1,470 @@
+package locks
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// KeyForm says which of the two advisory key forms a [Key] is.
+type KeyForm uint8
+
+const (
+	// Bigint is pg_advisory_lock(bigint): pg_locks objsubid 1.
+	Bigint KeyForm = 1
+	// Pair is pg_advisory_lock(int4, int4): pg_locks objsubid 2.
+	Pair KeyForm = 2
+)
+
+// Key is an advisory key in either form. For the bigint form ID is the key
+// itself; for the two-int4 form ID is the same 64 bits, k1 high and k2 low,
+// so that a Key is comparable and can index a map.
+type Key struct {
+	Form KeyForm
+	ID   int64
+}
+
+// BigintKey is the Key of pg_advisory_lock(k).
+func BigintKey(k int64) Key { return Key{Form: Bigint, ID: k} }
+
+// PairKeyOf is the Key of pg_advisory_lock(p.K1, p.K2).
+func PairKeyOf(p PairKey) Key {
+	return Key{Form: Pair, ID: Join(uint32(p.K1), uint32(p.K2))}
+}
+
+// Pair returns the two-int4 form of k; meaningful when k.Form is Pair.
+func (k Key) Pair() PairKey { return PairFromLocks(Split(k.ID)) }
+
+// String renders k the way leasectl prints and parses it: "k" for the
+// bigint form, "k1,k2" for the pair form.
+func (k Key) String() string {
+	if k.Form == Pair {
+		return k.Pair().String()
+	}
+	return fmt.Sprint(k.ID)
+}
+
+// ParseAnyKey parses "k" (a bigint key) or "k1,k2" (a two-int4 key).
+func ParseAnyKey(s string) (Key, error) {
+	if a, b, ok := strings.Cut(s, ","); ok {
+		k1, err1 := ParseKey(strings.TrimSpace(a))
+		k2, err2 := ParseKey(strings.TrimSpace(b))
+		if err1 != nil || err2 != nil || int64(int32(k1)) != k1 || int64(int32(k2)) != k2 {
+			return Key{}, fmt.Errorf("%q is not a two-int4 key: use k1,k2 with both in the int4 range", s)
+		}
+		return PairKeyOf(PairKey{K1: int32(k1), K2: int32(k2)}), nil
+	}
+	k, err := ParseKey(s)
+	if err != nil {
+		return Key{}, err
+	}
+	return BigintKey(k), nil
+}
+
+// Session is one holder or waiter of an advisory key: the pg_locks row
+// joined with the pg_stat_activity row of its backend, or with the
+// pg_prepared_xacts row when a prepared transaction holds the lock.
+//
+// Zero times and empty strings mean the server gave no value; whether that is
+// because the value is empty or because it is hidden from this role is told
+// by Hidden and Gone, never guessed from the empty value.
+type Session struct {
+	// PID is the server process id. It is 0 (pg_locks.pid is NULL) when a
+	// prepared transaction holds or awaits the lock; Prepared then says which.
+	PID int32
+	// Prepared describes the prepared transaction that holds the lock when
+	// PID is 0, and is nil otherwise.
+	Prepared *PreparedXact
+	// Granted is true for a holder, false for a waiter.
+	Granted bool
+	// Shared is true for pg_advisory_lock_shared (ShareLock): several
+	// sessions can hold a key in shared mode at once.
+	Shared bool
+	// User is pg_stat_activity.usename (for a prepared transaction, its
+	// owner). Visible to every role.
+	User string
+	// Application is application_name. Visible to every role.
+	Application string
+	// ClientAddr and ClientPort are where the session connects from. Both
+	// are empty over a unix socket (ClientPort -1, as the server reports it)
+	// and when Hidden.
+	ClientAddr string
+	ClientPort int32
+	// BackendStart is when the session connected: the session's age, and
+	// together with PID what identifies a backend across pid reuse.
+	BackendStart time.Time
+	// State is pg_stat_activity.state: "active", "idle", "idle in
+	// transaction", ...
+	State string
+	// StateChange is when State last changed: for an idle holder, its last
+	// activity.
+	StateChange time.Time
+	// WaitStart is when a waiter began to wait (pg_locks.waitstart, from
+	// PostgreSQL 14; zero on older servers and for holders).
+	WaitStart time.Time
+	// Hidden is true when the server withheld the session's client, start
+	// time and state from this role: reading other roles' sessions needs
+	// membership in pg_read_all_stats (or in the session's role).
+	Hidden bool
+	// Gone is true when pg_locks still listed the backend but
+	// pg_stat_activity no longer did: it exited while the query ran.
+	Gone bool
+}
+
+// PreparedXact is a prepared transaction (PREPARE TRANSACTION) that holds
+// transaction-level advisory locks until COMMIT PREPARED or ROLLBACK
+// PREPARED: no backend holds them, and no connection loss releases them.
+type PreparedXact struct {
+	// GID is the transaction's global identifier, as given to PREPARE
+	// TRANSACTION.
+	GID string
+	// PreparedAt is when it was prepared.
+	PreparedAt time.Time
+	// Owner is the role that prepared it.
+	Owner string
+}
+
+// Idle reports how long s has been idle at now: for a session whose state
+// starts with "idle", the time since its last state change; for a prepared
+// transaction, the time since it was prepared. ok is false when the server
+// did not say (hidden, gone) or the session is not idle.
+func (s Session) Idle(now time.Time) (d time.Duration, ok bool) {
+	switch {
+	case s.Prepared != nil && !s.Prepared.PreparedAt.IsZero():
+		return max(now.Sub(s.Prepared.PreparedAt), 0), true
+	case strings.HasPrefix(s.State, "idle") && !s.StateChange.IsZero():
+		return max(now.Sub(s.StateChange), 0), true
+	}
+	return 0, false
+}
+
+// Stale reports whether s has been idle for longer than after at now. A
+// leader heartbeats on its lease session, so a holder idle for longer than a
+// few heartbeat periods is hung, or the lock is stranded on a pooled server
+// connection whose client left (or held by a forgotten prepared
+// transaction). A session whose state is hidden is never called stale.
+func (s Session) Stale(now time.Time, after time.Duration) bool {
+	d, ok := s.Idle(now)
+	return ok && d > after
+}
+
+// Waited reports how long waiter s has waited at now; ok is false when the
+// server does not say (holders, PostgreSQL before 14).
+func (s Session) Waited(now time.Time) (d time.Duration, ok bool) {
+	if s.Granted || s.WaitStart.IsZero() {
+		return 0, false
+	}
+	return max(now.Sub(s.WaitStart), 0), true
+}
+
+// Locks are the holders and waiters of one advisory key.
+type Locks struct {
+	Key Key
+	// Holders hold the key: one session for an exclusive lock, possibly
+	// several for shared locks. A session that took the key several times
+	// appears once (pg_locks shows stacked holds as one row).
+	Holders []Session
+	// Waiters are blocked in pg_advisory_lock for the key, longest waiting
+	// first where the server says.
+	Waiters []Session
+}
+
+// Held reports whether anyone holds the key.
+func (l Locks) Held() bool { return len(l.Holders) > 0 }
+
+// State is the summary state of a key: held or free.
+type State string
+
+// The states of a key, as `leasectl who` prints them.
+const (
+	Held State = "HELD"
+	Free State = "FREE"
+)
+
+// State says whether the key is held; len(Waiters) says how many wait.
+func (l Locks) State() State {
+	if l.Held() {
+		return Held
+	}
+	return Free
+}
+
+// Holder returns the holder of the key (the first one, for shared locks),
+// and false when the key is free. Forced failover uses its PID and
+// BackendStart to terminate exactly that backend.
+func (l Locks) Holder() (Session, bool) {
+	if len(l.Holders) == 0 {
+		return Session{}, false
+	}
+	return l.Holders[0], true
+}
+
+// Snapshot is what one query saw of the advisory locks of the current
+// database.
+type Snapshot struct {
+	// Now is the server's clock at the query (now()); ages and idle times
+	// are measured against it, so the client's clock does not matter.
+	Now time.Time
+	// Keys are the keys with at least one holder or waiter, ordered by form
+	// and key.
+	Keys []Locks
+}
+
+// Find returns the holders and waiters of k; a free key yields an empty
+// Locks for k.
+func (s *Snapshot) Find(k Key) Locks {
+	i, ok := slices.BinarySearchFunc(s.Keys, k, func(l Locks, k Key) int { return compareKeys(l.Key, k) })
+	if ok {
+		return s.Keys[i]
+	}
+	return Locks{Key: k}
+}
+
+func compareKeys(a, b Key) int {
+	if c := cmp.Compare(a.Form, b.Form); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.ID, b.ID)
+}
+
+// Filter says which advisory locks [Read] returns.
+type Filter struct {
+	// All returns every advisory lock of the current database; Keys is
+	// then ignored.
+	All bool
+	// Keys are the keys to return when All is false.
+	Keys []Key
+}
+
+// Querier runs a query: a *pgx.Conn, a pool or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// HoldersSQL reads the advisory locks of the current database, one row per
+// holder or waiter, in one round trip: pg_locks LEFT JOIN pg_stat_activity
+// and, for a lock without pid, the prepared transaction that holds it,
+// found through its own transactionid lock, which carries the same
+// virtualtransaction (that second look at pg_locks only runs when
+// prepared transactions exist: the join with an empty pg_prepared_xacts
+// ends early). Parameters: $1 bool, every advisory lock; $2 bigint[], the
+// bigint keys wanted (objsubid 1); $3 bigint[], the two-int4 keys wanted
+// (objsubid 2) as (k1 << 32) | k2. The outer join on now() yields one row
+// with NULL key columns when nothing matches, so the server's clock always
+// comes back. waitstart is read through to_jsonb so that the query also
+// runs on servers older than PostgreSQL 14, which lack the column.
+const HoldersSQL = `WITH px AS (
+  SELECT t.virtualtransaction, p.gid, p.prepared, p.owner
+  FROM pg_prepared_xacts p
+  JOIN pg_locks t ON t.locktype = 'transactionid' AND t.transactionid = p.transaction AND t.pid IS NULL AND t.granted
+)
+SELECT q.now, k.objsubid, k.key, k.mode, k.granted, k.pid, k.waitstart,
+       k.gid, k.prepared, k.owner,
+       k.activity_pid, k.usename, k.application_name, k.client_addr, k.client_port,
+       k.backend_start, k.state, k.state_change
+FROM (SELECT now() AS now) q
+LEFT JOIN (
+  SELECT l.objsubid, (l.classid::bigint << 32) | l.objid::bigint AS key, l.mode, l.granted, l.pid,
+         CASE WHEN NOT l.granted THEN (to_jsonb(l) ->> 'waitstart')::timestamptz END AS waitstart,
+         px.gid, px.prepared, px.owner,
+         a.pid AS activity_pid, a.usename, a.application_name, host(a.client_addr) AS client_addr, a.client_port,
+         a.backend_start, a.state, a.state_change
+  FROM pg_locks l
+  LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+  LEFT JOIN px ON l.pid IS NULL AND px.virtualtransaction = l.virtualtransaction
+  WHERE l.locktype = 'advisory' AND l.objsubid IN (1, 2)
+    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    AND ($1::bool
+         OR (l.objsubid = 1 AND (l.classid::bigint << 32) | l.objid::bigint = ANY ($2::bigint[]))
+         OR (l.objsubid = 2 AND (l.classid::bigint << 32) | l.objid::bigint = ANY ($3::bigint[])))
+) k ON true
+ORDER BY k.objsubid, k.key, k.granted DESC, k.waitstart NULLS LAST, k.pid NULLS FIRST`
+
+// Args returns the parameters of [HoldersSQL] for f.
+func (f Filter) Args() []any {
+	bigints, pairs := []int64{}, []int64{}
+	for _, k := range f.Keys {
+		if k.Form == Pair {
+			pairs = append(pairs, k.ID)
+		} else {
+			bigints = append(bigints, k.ID)
+		}
+	}
+	return []any{f.All, bigints, pairs}
+}
+
+// Read returns the holders and waiters of the advisory locks that f selects
+// in the current database, in one query (one round trip). Locks are per
+// database: a key held in another database is a different lock and is not
+// returned. On a standby the locks are the standby's own.
+func Read(ctx context.Context, q Querier, f Filter) (*Snapshot, error) {
+	rows, err := q.Query(ctx, HoldersSQL, f.Args()...)
+	if err != nil {
+		return nil, fmt.Errorf("read advisory locks from pg_locks: %w", err)
+	}
+	defer rows.Close()
+	snap := &Snapshot{}
+	for rows.Next() {
+		// pgtype values, not pointers: with 10,000 locks the reflection
+		// behind scanning into **T is a good part of the client's time.
+		var (
+			objsubid                           pgtype.Int2
+			key                                pgtype.Int8
+			pid, activityPID, clientPort       pgtype.Int4
+			granted                            pgtype.Bool
+			waitStart, prepared                pgtype.Timestamptz
+			backendStart, stateChange          pgtype.Timestamptz
+			mode, gid, owner, user, app, state pgtype.Text
+			client                             pgtype.Text
+		)
+		if err := rows.Scan(&snap.Now, &objsubid, &key, &mode, &granted, &pid, &waitStart,
+			&gid, &prepared, &owner,
+			&activityPID, &user, &app, &client, &clientPort,
+			&backendStart, &state, &stateChange); err != nil {
+			return nil, fmt.Errorf("read advisory locks from pg_locks: %w", err)
+		}
+		if !key.Valid {
+			continue // the lone row of the outer join: no lock matched
+		}
+		s := Session{
+			PID:          pid.Int32,
+			Granted:      granted.Bool,
+			Shared:       mode.String == "ShareLock",
+			User:         user.String,
+			Application:  app.String,
+			ClientAddr:   client.String,
+			ClientPort:   clientPort.Int32,
+			BackendStart: backendStart.Time,
+			State:        state.String,
+			StateChange:  stateChange.Time,
+			WaitStart:    waitStart.Time,
+			// Every visible backend has a start time; NULL means withheld.
+			Hidden: activityPID.Valid && !backendStart.Valid,
+			Gone:   pid.Valid && !activityPID.Valid,
+		}
+		if !pid.Valid {
+			s.Prepared = &PreparedXact{GID: gid.String, PreparedAt: prepared.Time, Owner: owner.String}
+			s.User = s.Prepared.Owner
+		}
+		k := Key{Form: KeyForm(objsubid.Int16), ID: key.Int64}
+		if n := len(snap.Keys); n == 0 || snap.Keys[n-1].Key != k {
+			snap.Keys = append(snap.Keys, Locks{Key: k})
+		}
+		l := &snap.Keys[len(snap.Keys)-1]
+		if s.Granted {
+			l.Holders = append(l.Holders, s)
+		} else {
+			l.Waiters = append(l.Waiters, s)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read advisory locks from pg_locks: %w", err)
+	}
+	if snap.Now.IsZero() {
+		snap.Now = time.Now()
+	}
+	return snap, nil
+}
+
+// Role is a named key of the role map (keys.yaml).
+type Role struct {
+	Name string
+	Key  int64
+}
+
+// Lease is one line of `leasectl who`: a key, the role it belongs to, and
+// who holds and awaits it.
+type Lease struct {
+	// Role is the role name of the key in the role map; empty for a key
+	// that no role uses (and for every two-int4 key).
+	Role string
+	// Requested is true for the keys asked for, false for the other locked
+	// keys that Leases added.
+	Requested bool
+	Locks
+}
+
+// Health is the verdict on one lease.
+type Health int
+
+const (
+	// Healthy: a holder that is not stale (or whose state is hidden).
+	Healthy Health = iota
+	// NoHolder: nobody holds the key; no replica leads the role.
+	NoHolder
+	// StaleHolder: every holder has been idle longer than the threshold.
+	StaleHolder
+)
+
+// Stale reports whether the lease is held and every holder has been idle
+// longer than after: nobody alive is leading.
+func (l Lease) Stale(now time.Time, after time.Duration) bool {
+	if !l.Held() {
+		return false
+	}
+	for _, h := range l.Holders {
+		if !h.Stale(now, after) {
+			return false
+		}
+	}
+	return true
+}
+
+// Health says whether the lease has a live leader at now: what `who
+// --check` gates on.
+func (l Lease) Health(now time.Time, staleAfter time.Duration) Health {
+	switch {
+	case !l.Held():
+		return NoHolder
+	case l.Stale(now, staleAfter):
+		return StaleHolder
+	}
+	return Healthy
+}
+
+// Leases lays the snapshot out as leases: first one per key of want, in
+// that order, free ones included; then, when others is true, every other
+// locked key that no role of roles uses, ordered by form and key. Each
+// bigint key is named after the role of roles that uses it.
+func (s *Snapshot) Leases(roles []Role, want []Key, others bool) []Lease {
+	names := make(map[Key]string, len(roles))
+	for _, r := range roles {
+		names[BigintKey(r.Key)] = r.Name
+	}
+	out := make([]Lease, 0, len(want))
+	seen := make(map[Key]bool, len(want))
+	for _, k := range want {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, Lease{Role: names[k], Requested: true, Locks: s.Find(k)})
+	}
+	if others {
+		for _, l := range s.Keys {
+			if _, known := names[l.Key]; !known && !seen[l.Key] {
+				out = append(out, Lease{Locks: l})
+			}
+		}
+	}
+	return out
+}
+
+// AnyHidden reports whether the server withheld some session's details
+// from this role.
+func AnyHidden(leases []Lease) bool {
+	for _, l := range leases {
+		for _, s := range slices.Concat(l.Holders, l.Waiters) {
+			if s.Hidden {
+				return true
+			}
+		}
+	}
+	return false
+}

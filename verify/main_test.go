@@ -1,0 +1,16 @@
+package verify_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/leasectl/leasectl/lab"
+)
+
+// testLab has the primary, a hot standby, and PgBouncer in transaction and
+// session mode.
+var testLab *lab.Lab
+
+func TestMain(m *testing.M) {
+	os.Exit(lab.RunMain(m, lab.Options{Standby: true}, &testLab))
+}

@@ -1,0 +1,235 @@
+package verify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/probe"
+)
+
+// Status is the outcome of one check.
+type Status string
+
+// Check outcomes. Only Fail fails the run; Skip says why a check did not run.
+const (
+	Pass Status = "pass"
+	Fail Status = "fail"
+	Skip Status = "skip"
+)
+
+// The names of the checks, stable for JSON consumers.
+const (
+	CheckOneLeader       = "one_leader"
+	CheckCleanFailover   = "clean_failover"
+	CheckPoolerRejection = "pooler_rejection"
+)
+
+// Result is one check of one role (pooler_rejection has no role).
+type Result struct {
+	Check string
+	// Role and Key are the role checked; empty and zero for
+	// pooler_rejection.
+	Role string
+	Key  locks.Key
+	// Status and Detail are the outcome and one line of why.
+	Status Status
+	Detail string
+	// Leader is the holder one_leader found, when there is one.
+	Leader *locks.Session
+	// Now is the server's clock when Leader was read.
+	Now time.Time
+	// Failover is what clean_failover did, when it terminated a holder.
+	Failover *locks.Failover
+	// Probe is pooler_rejection's probe report, when the probe ran.
+	Probe *probe.Report
+}
+
+// Options configure [Run].
+type Options struct {
+	// Roles are the roles to check, in order.
+	Roles []locks.Role
+	// StaleAfter is how long a leader may idle before one_leader calls it
+	// stale; default 45s (three missed 15 s heartbeats).
+	StaleAfter time.Duration
+	// Failover runs clean_failover: it terminates each role's leader. The
+	// caller has had that confirmed.
+	Failover bool
+	// Within is how soon after the termination a stand-by must take over;
+	// default 15s.
+	Within time.Duration
+	// PoolerConfig is the DSN the probe must refuse; nil skips
+	// pooler_rejection.
+	PoolerConfig *pgx.ConnConfig
+	// Timeout bounds each database step: reading the leaders, each
+	// termination (how long it waits for the backend to exit), each of the
+	// probe's connections and steps. Default 5s.
+	Timeout time.Duration
+}
+
+// Report is the outcome of every check.
+type Report struct {
+	// Server is the server the roles were checked on.
+	Server dbconn.ServerInfo
+	// Results are in order: per role one_leader then clean_failover, then
+	// pooler_rejection.
+	Results []Result
+}
+
+// Count returns how many results have status s.
+func (r *Report) Count(s Status) int {
+	n := 0
+	for _, res := range r.Results {
+		if res.Status == s {
+			n++
+		}
+	}
+	return n
+}
+
+// Passed reports whether no check failed: skipped checks (not asked for)
+// do not fail a run.
+func (r *Report) Passed() bool { return r.Count(Fail) == 0 }
+
+// Run checks o.Roles on conn's server, which must be the primary. Every
+// role's leader is read at once, before any failover disturbs them. It
+// returns an error only when the checks cannot run at all: the server
+// cannot be read, or it is a standby (wrapping [locks.ErrStandby]).
+func Run(ctx context.Context, conn *pgx.Conn, o Options) (*Report, error) {
+	if o.StaleAfter <= 0 {
+		o.StaleAfter = 45 * time.Second
+	}
+	if o.Within <= 0 {
+		o.Within = 15 * time.Second
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	rctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	server, err := dbconn.Server(rctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	if server.InRecovery {
+		return nil, fmt.Errorf("refusing to verify: %w, whose advisory locks are its own and say nothing about the primary's leases (point --dsn at the primary)", locks.ErrStandby)
+	}
+	want := make([]locks.Key, len(o.Roles))
+	for i, r := range o.Roles {
+		want[i] = locks.BigintKey(r.Key)
+	}
+	snap, err := locks.Read(rctx, conn, locks.Filter{Keys: want})
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Server: server}
+	leases := snap.Leases(o.Roles, want, false)
+	leaders := make([]Result, len(leases))
+	for i, l := range leases {
+		leaders[i] = OneLeader(l, snap.Now, o.StaleAfter)
+	}
+	for i, l := range leases {
+		rep.Results = append(rep.Results, leaders[i], cleanFailover(ctx, conn, o, l, leaders[i]))
+	}
+	rep.Results = append(rep.Results, poolerRejection(ctx, o))
+	return rep, nil
+}
+
+// OneLeader decides one_leader for lease as read at now: exactly one
+// session holds the key, and it is not stale (a leader whose state is
+// hidden from this role passes: staleness is unknown, not proven).
+func OneLeader(l locks.Lease, now time.Time, staleAfter time.Duration) Result {
+	r := Result{Check: CheckOneLeader, Role: l.Role, Key: l.Key, Status: Fail, Now: now}
+	h, held := l.Holder()
+	if held {
+		r.Leader = &h
+	}
+	switch {
+	case !held:
+		r.Detail = "no holder: no replica leads " + l.Name()
+	case len(l.Holders) > 1:
+		r.Detail = fmt.Sprintf("%d sessions hold it in shared mode: a lease has exactly one holder", len(l.Holders))
+	case h.Prepared != nil:
+		r.Detail = fmt.Sprintf("held by prepared transaction %q, not by a worker (ROLLBACK PREPARED releases it)", h.Prepared.GID)
+	case l.Health(now, staleAfter) == locks.StaleHolder:
+		idle, _ := h.Idle(now)
+		r.Detail = fmt.Sprintf("%s holds it but is stale: idle %s > %s (a hung leader, or a lock stranded on a pooled server connection)",
+			h.Describe(), idle.Round(time.Second), staleAfter)
+	default:
+		r.Status = Pass
+		r.Detail = h.Describe() + " holds it"
+		if idle, ok := h.Idle(now); ok {
+			r.Detail += fmt.Sprintf(", idle %s", idle.Round(time.Second))
+		} else if h.Hidden {
+			r.Detail += " (its state is hidden from this role: staleness unknown)"
+		} else if h.State != "" {
+			r.Detail += ", " + h.State
+		}
+	}
+	return r
+}
+
+func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.Lease, leader Result) Result {
+	r := Result{Check: CheckCleanFailover, Role: l.Role, Key: l.Key, Status: Skip}
+	switch {
+	case !o.Failover:
+		r.Detail = "not asked for (--failover --yes terminates each leader and times the takeover)"
+		return r
+	case leader.Status != Pass:
+		r.Detail = "no single live leader to fail over"
+		return r
+	}
+	r.Status = Fail
+	fctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	target, err := locks.FindTarget(fctx, conn, l.Key, []locks.Role{{Name: l.Role, Key: l.Key.ID}})
+	cancel()
+	if err != nil {
+		r.Detail = err.Error()
+		return r
+	}
+	res, err := target.Failover(ctx, conn, locks.FailoverOptions{TerminateTimeout: o.Timeout, Wait: o.Within})
+	r.Failover = res
+	old := target.Holder
+	switch {
+	case res == nil:
+		r.Detail = "nothing terminated: " + err.Error()
+	case errors.Is(err, locks.ErrNoTakeover):
+		r.Detail = fmt.Sprintf("terminated %s, but no stand-by took over within %s", old.Describe(), o.Within)
+	case err != nil:
+		r.Detail = fmt.Sprintf("terminated %s, then: %v", old.Describe(), err)
+	case !res.Termination.Gone:
+		r.Detail = fmt.Sprintf("%s took over, but pid %d had not exited %s after it was signalled", res.Takeover.Holder.Describe(), old.PID, res.Termination.Took.Round(time.Millisecond))
+	default:
+		r.Status = Pass
+		r.Detail = fmt.Sprintf("%s took over from pid %d within %s of the signal; pid %d is gone",
+			res.Takeover.Holder.Describe(), old.PID, res.Takeover.After.Round(100*time.Microsecond), old.PID)
+	}
+	return r
+}
+
+func poolerRejection(ctx context.Context, o Options) Result {
+	r := Result{Check: CheckPoolerRejection, Status: Skip}
+	if o.PoolerConfig == nil {
+		r.Detail = "no --pooler-dsn given"
+		return r
+	}
+	r.Status = Fail
+	rep, err := probe.Run(ctx, probe.Options{ConnConfig: o.PoolerConfig, Timeout: o.Timeout})
+	if err != nil {
+		r.Detail = "could not probe it: " + err.Error()
+		return r
+	}
+	r.Probe = rep
+	if rep.Verdict == probe.Stable {
+		r.Detail = fmt.Sprintf("the probe accepts %s (STABLE): a lease is safe there, so it is not a pooler to reject (session mode is safe); give the transaction-mode pooler's DSN", rep.Target)
+		return r
+	}
+	r.Status = Pass
+	r.Detail = fmt.Sprintf("the probe refuses %s: %s", rep.Target, strings.Join(rep.Reasons(), "; "))
+	return r
+}
