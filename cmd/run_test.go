@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/internal/leasetest"
+	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/locks"
 )
 
@@ -55,6 +55,7 @@ func runBinaries(t *testing.T) (leasectl, witness string) {
 // runFixture is one test's keys file, witness lock and event listener.
 type runFixture struct {
 	t        *testing.T
+	key      int64
 	dir      string
 	keys     string
 	lock     string
@@ -68,7 +69,7 @@ func newRunFixture(t *testing.T, role string, key int64) *runFixture {
 	t.Helper()
 	l, w := runBinaries(t)
 	dir := t.TempDir()
-	f := &runFixture{t: t, dir: dir, keys: filepath.Join(dir, "keys.yaml"), lock: filepath.Join(dir, "witness.lock"), leasectl: l, witness: w}
+	f := &runFixture{t: t, key: key, dir: dir, keys: filepath.Join(dir, "keys.yaml"), lock: filepath.Join(dir, "witness.lock"), leasectl: l, witness: w}
 	if err := os.WriteFile(f.keys, fmt.Appendf(nil, "roles:\n  %s: %d\n", role, key), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -167,15 +168,16 @@ func runEnv(f *runFixture, dsn string) map[string]string {
 	return map[string]string{"LEASECTL_DSN": dsn, "LEASECTL_KEYS": f.keys}
 }
 
-func adminConn(t *testing.T) *pgx.Conn { return leasetest.Connect(t, testLab.DirectDSN()) }
-
-func terminateBackend(t *testing.T, pid string) {
+// terminateBackend ends the lease session of f's role (backend pid) the way
+// leasectl failover does.
+func (f *runFixture) terminateBackend(pid string) {
+	t := f.t
 	t.Helper()
 	n, err := strconv.ParseUint(pid, 10, 32)
 	if err != nil {
 		t.Fatalf("backend pid %q: %v", pid, err)
 	}
-	if err := leasetest.Terminate(context.Background(), adminConn(t), uint32(n)); err != nil {
+	if err := leasetest.Terminate(context.Background(), pgtest.Conn(t, testLab.DirectDSN(), ""), f.key, uint32(n)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -297,7 +299,7 @@ func TestRunStepsDownWhenTheSessionIsTerminated(t *testing.T) {
 	metricsURL := regexp.MustCompile(`http://127\.0\.0\.1:\d+/metrics`).FindString(r.stderr.String())
 	waitMetrics(t, metricsURL, `leasectl_lease_leader{role="poller",key="9200005"} 1`)
 
-	terminateBackend(t, first.BackendPID)
+	f.terminateBackend(first.BackendPID)
 	if ev := f.next(leasetest.Term); ev.PID != first.PID || ev.Detail != "terminated" {
 		t.Errorf("SIGTERM event %+v, want pid %d terminated", ev, first.PID)
 	}
@@ -454,7 +456,7 @@ func TestRunReplicasNeverRunTwoPrograms(t *testing.T) {
 	leader = f.next(leasetest.Start)
 	children = append(children, leader.PID)
 	for i := 0; i < 2; i++ {
-		terminateBackend(t, leader.BackendPID)
+		f.terminateBackend(leader.BackendPID)
 		if ev := f.next(leasetest.Term); ev.PID != leader.PID {
 			t.Fatalf("SIGTERM reached witness %d, want the leader's %d", ev.PID, leader.PID)
 		}

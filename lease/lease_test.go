@@ -14,14 +14,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/internal/leasetest"
+	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/locks"
 )
 
 // terminate ends a backend the way an operator (or leasectl failover) does.
-func terminate(t *testing.T, pid uint32) {
+func terminate(t *testing.T, key int64, pid uint32) {
 	t.Helper()
-	if err := leasetest.Terminate(context.Background(), leasetest.Connect(t, testLab.DirectDSN()), pid); err != nil {
+	if err := leasetest.Terminate(context.Background(), pgtest.Conn(t, testLab.DirectDSN(), ""), key, pid); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -199,7 +200,7 @@ func TestTerminatedSessionIsNoticedAtOnce(t *testing.T) {
 		return nil
 	})
 	first := <-pids
-	terminate(t, first)
+	terminate(t, key, first)
 	var lost *lease.LostError
 	if cause := <-causes; !errors.As(cause, &lost) {
 		t.Fatalf("work's context cause = %v, want a *lease.LostError", cause)

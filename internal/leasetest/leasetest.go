@@ -1,7 +1,8 @@
 // Package leasetest supports the tests and benchmarks of lease and
 // `leasectl run`: it builds the witness program (./witness), the child they
-// run under a lease, collects what witnesses report over a unix socket, and
-// terminates backends the way an operator does.
+// run under a lease, collects what witnesses report over a unix socket,
+// terminates a lease's session the way `leasectl failover` does, and tells
+// whether a key is free.
 package leasetest
 
 import (
@@ -19,7 +20,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/locks"
 )
 
@@ -122,40 +123,31 @@ func (l *Listener) Close() error {
 	return err
 }
 
-// Terminate ends backend pid with pg_terminate_backend, as an operator or
-// `leasectl failover` would, and waits until it is gone (up to a minute).
-func Terminate(ctx context.Context, conn *pgx.Conn, pid uint32) error {
-	var ok bool
-	if err := conn.QueryRow(ctx, "SELECT pg_terminate_backend($1, 60000)", int64(pid)).Scan(&ok); err != nil {
-		return fmt.Errorf("pg_terminate_backend(%d): %w", pid, err)
-	}
-	if !ok {
-		return fmt.Errorf("pg_terminate_backend(%d): the backend did not exit", pid)
-	}
-	return nil
-}
-
-// Connect opens a connection to dsn (pooler-safe, as every leasectl
-// connection) that is closed when tb ends.
-func Connect(tb testing.TB, dsn string) *pgx.Conn {
-	tb.Helper()
-	cfg, err := dbconn.Parse(dsn, 5*time.Second)
+// Terminate ends the session that holds key, the way `leasectl failover`
+// does (locks.Terminate), after checking that it is backend pid; it waits
+// until the backend is gone (up to a minute).
+func Terminate(ctx context.Context, conn *pgx.Conn, key int64, pid uint32) error {
+	k := locks.BigintKey(key)
+	snap, err := locks.Read(ctx, conn, locks.Filter{Keys: []locks.Key{k}})
 	if err != nil {
-		tb.Fatal(err)
+		return err
 	}
-	conn, err := dbconn.Connect(context.Background(), cfg)
-	if err != nil {
-		tb.Fatal(err)
+	holder, ok := snap.Find(k).Holder()
+	if !ok || holder.PID != int32(pid) {
+		return fmt.Errorf("key %d is not held by backend %d (holder %+v, %v)", key, pid, holder, ok)
 	}
-	tb.Cleanup(func() { conn.Close(context.Background()) })
-	return conn
+	t, err := locks.Terminate(ctx, conn, k, holder, time.Minute)
+	if err == nil && !t.Gone {
+		err = fmt.Errorf("backend %d did not exit within a minute", pid)
+	}
+	return err
 }
 
 // KeyFree reports whether another session could take key on dsn right now;
 // it releases the key again.
 func KeyFree(tb testing.TB, dsn string, key int64) bool {
 	tb.Helper()
-	conn := Connect(tb, dsn)
+	conn := pgtest.Conn(tb, dsn, "")
 	ok, err := locks.TryLock(context.Background(), conn, key)
 	if err != nil {
 		tb.Fatal(err)

@@ -430,7 +430,7 @@ func (s *setup) stepDowns(n int, leader leasetest.Event) ([]time.Duration, error
 		}
 		pid, _ := strconv.ParseUint(leader.BackendPID, 10, 32)
 		t0 := time.Now()
-		if err := leasetest.Terminate(context.Background(), admin, uint32(pid)); err != nil {
+		if err := leasetest.Terminate(context.Background(), admin, roleKey, uint32(pid)); err != nil {
 			return nil, err
 		}
 		term, err := s.next(leasetest.Term)
