@@ -11,6 +11,7 @@ import (
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/spf13/cobra"
 )
@@ -72,10 +73,17 @@ func ExitCode(err error) int {
 		notAtRef    *keys.NotAtRefError
 		noBase      *keys.NoBaseError
 		permission  *locks.PermissionError
+		childExit   *lease.ExitError
+		leaseCfg    *lease.ConfigError
+		startErr    *lease.StartError
 	)
 	switch {
 	case err == nil:
 		return ExitOK
+	case errors.As(err, &childExit): // leasectl run passes its program's status through
+		return childExit.Code
+	case errors.As(err, &leaseCfg), errors.As(err, &startErr):
+		return ExitUsage
 	case errors.As(err, &usage), errors.As(err, &input), errors.As(err, &dsnErr),
 		errors.As(err, &keysInvalid), errors.As(err, &keysMissing), errors.As(err, &running),
 		errors.Is(err, lab.ErrNoLab):
@@ -128,6 +136,10 @@ func printError(w io.Writer, c *cobra.Command, err error) {
 	var check *CheckFailedError
 	if errors.As(err, &check) && check.Message == "" {
 		return // the verdict was rendered already
+	}
+	var childExit *lease.ExitError
+	if errors.As(err, &childExit) {
+		return // leasectl run: the program's own status, logged already
 	}
 	fmt.Fprintf(w, "Error: %v\n", err)
 	var usage *UsageError

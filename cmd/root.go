@@ -119,6 +119,7 @@ while they hold the lease.`,
 	root.AddCommand(newWhoCmd(app))
 	root.AddCommand(newKeysCmd(app))
 	root.AddCommand(newFailoverCmd(app), newVerifyCmd(app))
+	root.AddCommand(newRunCmd(app))
 	return root
 }
 

@@ -57,5 +57,17 @@ run 'leasectl failover poller --yes'
 run 'leasectl verify poller --pooler-dsn "$LEASECTL_LAB_TX_DSN"'
 exec 3>&- 4>&-   # end of input: both psql sessions disconnect
 
+say "leasectl run: two replicas of a worker; only the leader runs it; SIGKILL the leader and the other takes over"
+worker='echo "  worker pid $$ runs under backend $LEASECTL_BACKEND_PID"; exec sleep 600'
+leasectl run --role poller -- sh -c "$worker" 2>"$LAB_DIR/a.log" & A=$!
+sleep 1
+leasectl run --role poller -- sh -c "$worker" 2>"$LAB_DIR/b.log" & B=$!
+sleep 1
+echo "kill -9 the leader's leasectl ($A): its worker dies with it, the stand-by takes over:"
+kill -9 "$A"; wait "$A" 2>/dev/null || true
+sleep 1
+kill -TERM "$B"; wait "$B" || true
+grep -h 'msg=leading\|program started' "$LAB_DIR/b.log" | cut -c1-140
+
 say "tear down"
 leasectl lab down --dir "$LAB_DIR"

@@ -1,0 +1,381 @@
+package cmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/leasectl/leasectl/lease"
+	"github.com/spf13/cobra"
+)
+
+type runOptions struct {
+	app               *App
+	Role              string
+	Key               int64
+	keyGiven          bool
+	Grace             time.Duration
+	Restart           bool
+	RetryInterval     time.Duration
+	HeartbeatInterval time.Duration
+	HeartbeatTimeout  time.Duration
+	TakeoverDelay     time.Duration
+	LogFormat         string
+	MetricsAddr       string
+	Command           []string
+}
+
+func newRunCmd(app *App) *cobra.Command {
+	opts := &runOptions{app: app}
+	c := &cobra.Command{
+		Use:   "run --role ROLE [flags] -- CMD [ARGS...]",
+		Short: "Run a command only while this replica holds the role's lease",
+		Long: `Run CMD only while this replica holds the role's lease: a session-level
+advisory lock on the role's key from keys.yaml (or --key).
+
+leasectl connects, checks that the server is a primary and that the DSN keeps
+sessions (the probe: a transaction-mode pooler never leads), and stands by in
+the server's lock queue, so that it takes over within milliseconds of the
+leader's session ending. Once it holds the lease it starts CMD directly (no
+shell) in its own process group, with LEASECTL_ROLE, LEASECTL_KEY and
+LEASECTL_BACKEND_PID set. CMD also inherits the lease connection as
+descriptor 3 (LEASECTL_LEASE_FD=3; leave it alone): if leasectl is killed,
+even with SIGKILL, CMD is killed too and the server hands the lease on only
+after CMD is gone.
+
+Lease lost (the session ended, a heartbeat failed): CMD's process group gets
+SIGTERM, SIGKILL after --grace, and leasectl stands by again.
+SIGINT or SIGTERM to leasectl: the signal is forwarded to CMD's group, then
+leasectl waits for CMD (SIGKILL after --grace), releases the lease and exits.
+CMD exits by itself: leasectl releases the lease and exits with CMD's status
+(--restart: stands by and runs CMD again after --retry-interval).
+
+While the database is unreachable, refuses the DSN or is a standby, leasectl
+logs it and keeps trying; it never exits for that. Exit status: CMD's own
+(128+N when signal N killed it); 0 when stopped while standing by; 2 for bad
+flags, an unknown role, an invalid keys.yaml or DSN, or a CMD that cannot be
+started.
+
+Logs go to stderr (--log-format text or json), one line per state change with
+role, key and backend_pid. Timing: a leader notices a dead network within
+--heartbeat-interval + --heartbeat-timeout, and its session on the server is
+set to outlive a silent client by that plus --grace (tcp_user_timeout), so two
+CMDs never run at once because of a partition.`,
+		Example: `  leasectl run --role poller -- ./poller --batch 100
+  leasectl run --role scheduler --log-format json --metrics-addr :9464 -- ./scheduler
+  leasectl run --key 1840000042 --restart -- python3 sweep.py`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErrorf("%q needs a command to run after --, e.g. leasectl run --role poller -- ./poller", c.CommandPath())
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			opts.Command = args
+			opts.keyGiven = c.Flags().Changed("key")
+			if !c.Flags().Changed("heartbeat-timeout") {
+				opts.HeartbeatTimeout = app.Global.Timeout
+			}
+			return runRun(c.Context(), opts)
+		},
+	}
+	f := c.Flags()
+	f.SetInterspersed(false) // everything from CMD on belongs to CMD, with or without --
+	f.StringVar(&opts.Role, "role", "", "role whose lease to hold, from keys.yaml")
+	f.Int64Var(&opts.Key, "key", 0, "advisory key to hold instead of a role's")
+	f.DurationVar(&opts.Grace, "grace", lease.DefaultStopTimeout, "time CMD has to exit after SIGTERM before SIGKILL")
+	f.BoolVar(&opts.Restart, "restart", false, "when CMD exits, release the lease, stand by and run it again instead of exiting")
+	f.DurationVar(&opts.RetryInterval, "retry-interval", lease.DefaultRetryInterval, "longest wait between reconnect attempts")
+	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", lease.DefaultHeartbeatInterval, "time between the leader's heartbeats (SELECT 1)")
+	f.DurationVar(&opts.HeartbeatTimeout, "heartbeat-timeout", 0, "time limit of each heartbeat (default: --timeout)")
+	f.DurationVar(&opts.TakeoverDelay, "takeover-delay", 0, "hold the lease this long before starting CMD (covers the old CMD's stop time after the server ends a leader's session)")
+	f.StringVar(&opts.LogFormat, "log-format", "text", "log format on stderr: text or json")
+	f.StringVar(&opts.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464")
+	_ = c.RegisterFlagCompletionFunc("role", completeOneRole(app))
+	_ = c.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	return c
+}
+
+// errStopped is the cause of the lease's context when leasectl was told to
+// stop.
+var errStopped = errors.New("leasectl run was told to stop")
+
+func runRun(ctx context.Context, opts *runOptions) error {
+	app := opts.app
+	if err := opts.validate(); err != nil {
+		return err
+	}
+	role, key, err := opts.roleKey()
+	if err != nil {
+		return err
+	}
+	path, err := exec.LookPath(opts.Command[0])
+	if err != nil {
+		return &InputError{Err: fmt.Errorf("cannot run %q: %w (give a path or a program on $PATH; CMD runs without a shell)", opts.Command[0], err)}
+	}
+	connCfg, _, err := app.ConnConfig("")
+	if err != nil {
+		return err
+	}
+	errOut := lockedWriter(app.IO.ErrOut)
+	logger := newRunLogger(errOut, opts.LogFormat)
+	metrics := newRunMetrics(role, key)
+	if opts.MetricsAddr != "" {
+		stopMetrics, err := serveMetrics(opts.MetricsAddr, metrics, logger)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
+
+	proc := &lease.Command{
+		Path: path, Args: opts.Command, Env: os.Environ(),
+		Stdout: app.IO.Out, Stderr: errOut,
+		Grace:   opts.Grace,
+		Logger:  logger.With("role", role, "key", key),
+		OnStart: func(int) { metrics.childStarted() },
+	}
+	if !app.IO.InTTY {
+		// In its own process group CMD cannot read a terminal (SIGTTIN).
+		proc.Stdin = app.IO.In
+	}
+	cfg := lease.Config{
+		Role: role, Key: key, ConnConfig: connCfg,
+		RetryInterval:     opts.RetryInterval,
+		HeartbeatInterval: opts.HeartbeatInterval,
+		HeartbeatTimeout:  opts.HeartbeatTimeout,
+		// The program's stop takes up to --grace, then SIGKILL and reaping.
+		StopTimeout:   opts.Grace + 2*time.Second,
+		TakeoverDelay: opts.TakeoverDelay,
+		Logger:        logger,
+		OnStateChange: metrics.change,
+		OnHeartbeat:   metrics.heartbeat,
+	}
+
+	leaseCtx, stop := stopOnSignals(ctx, proc, logger)
+	defer stop()
+	for {
+		err = lease.Run(leaseCtx, cfg, proc.Work)
+		if leaseCtx.Err() != nil && errors.Is(err, context.Cause(leaseCtx)) {
+			return nil // stopped while standing by
+		}
+		var exit *lease.ExitError
+		if !opts.Restart || leaseCtx.Err() != nil || (err != nil && !errors.As(err, &exit)) {
+			return err
+		}
+		logger.Info("the program exited; --restart: standing by again", "role", role, "key", key, "after", opts.RetryInterval.String())
+		t := time.NewTimer(opts.RetryInterval)
+		select {
+		case <-leaseCtx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+func (o *runOptions) validate() error {
+	if (o.Role == "") == !o.keyGiven {
+		return usageErrorf("give exactly one of --role ROLE (from keys.yaml) or --key N")
+	}
+	if o.LogFormat != "text" && o.LogFormat != "json" {
+		return usageErrorf("invalid --log-format %q: use text or json", o.LogFormat)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"--grace", o.Grace}, {"--retry-interval", o.RetryInterval}, {"--heartbeat-interval", o.HeartbeatInterval}, {"--heartbeat-timeout", o.HeartbeatTimeout}} {
+		if d.v <= 0 {
+			return usageErrorf("invalid %s %s: it must be positive, e.g. 5s", d.name, d.v)
+		}
+	}
+	if o.TakeoverDelay < 0 {
+		return usageErrorf("invalid --takeover-delay %s: it must not be negative", o.TakeoverDelay)
+	}
+	return nil
+}
+
+// roleKey resolves --role through keys.yaml, or takes --key as it is.
+func (o *runOptions) roleKey() (string, int64, error) {
+	if o.keyGiven {
+		return "", o.Key, nil
+	}
+	f, err := o.app.LoadKeys()
+	if err != nil {
+		return "", 0, err
+	}
+	e, ok := f.Role(o.Role)
+	if !ok {
+		return "", 0, &InputError{Err: fmt.Errorf("role %q is not in %s (roles: %s)", o.Role, f.Path, strings.Join(f.Names(), ", "))}
+	}
+	return e.Name, e.Key, nil
+}
+
+// stopOnSignals returns the lease's context and a function that ends it.
+// SIGINT and SIGTERM are forwarded to the running program (a second one too)
+// and stop the lease; ctx ending without a signal (a caller's cancel) stops
+// it as well. leasectl's own signal handling also cancels ctx, but without
+// saying which signal, so the lease's context is detached from ctx and
+// this handler decides.
+func stopOnSignals(ctx context.Context, proc *lease.Command, logger *slog.Logger) (context.Context, func()) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	leaseCtx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
+	if ctx.Err() != nil { // a signal that came before Notify
+		stop(errStopped)
+	}
+	done := make(chan struct{})
+	go func() {
+		parent := ctx.Done()
+		for {
+			select {
+			case s := <-sigs:
+				sig := s.(syscall.Signal)
+				logger.Info("signal received; stopping", "signal", sig.String())
+				proc.Signal(sig)
+				stop(fmt.Errorf("%w by %s", errStopped, sig))
+			case <-parent:
+				if c := context.Cause(ctx); c == context.Canceled || c == context.DeadlineExceeded {
+					stop(c)
+				}
+				parent = nil // a signal: it arrives on sigs as well
+			case <-done:
+				return
+			}
+		}
+	}()
+	return leaseCtx, func() {
+		signal.Stop(sigs)
+		close(done)
+		stop(nil)
+	}
+}
+
+func newRunLogger(w io.Writer, format string) *slog.Logger {
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, nil))
+	}
+	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// lockedWriter serializes writes: the logger and the program's stderr copier
+// share stderr, which in tests is a buffer.
+func lockedWriter(w io.Writer) io.Writer {
+	if f, ok := w.(*os.File); ok {
+		return f // the program writes to the file itself
+	}
+	return &syncWriter{w: w}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+// ---- metrics ----
+
+// runMetrics is what --metrics-addr serves, in Prometheus' text format.
+// Three series do not justify a client library and its dependencies.
+type runMetrics struct {
+	mu          sync.Mutex
+	labels      string
+	leading     bool
+	transitions map[lease.State]int
+	lastBeat    time.Time
+	children    int
+}
+
+func newRunMetrics(role string, key int64) *runMetrics {
+	if role == "" {
+		role = "key " + strconv.FormatInt(key, 10)
+	}
+	return &runMetrics{
+		labels:      fmt.Sprintf(`role="%s",key="%d"`, escapeLabel(role), key),
+		transitions: map[lease.State]int{},
+	}
+}
+
+func escapeLabel(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+}
+
+func (m *runMetrics) change(c lease.Change) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.leading = c.To == lease.Leading
+	m.transitions[c.To]++
+}
+
+func (m *runMetrics) heartbeat(at time.Time) {
+	m.mu.Lock()
+	m.lastBeat = at
+	m.mu.Unlock()
+}
+
+func (m *runMetrics) childStarted() {
+	m.mu.Lock()
+	m.children++
+	m.mu.Unlock()
+}
+
+func (m *runMetrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	leading := 0
+	if m.leading {
+		leading = 1
+	}
+	fmt.Fprintf(w, "# HELP leasectl_lease_leader 1 while this replica holds the lease, else 0.\n# TYPE leasectl_lease_leader gauge\nleasectl_lease_leader{%s} %d\n", m.labels, leading)
+	fmt.Fprintf(w, "# HELP leasectl_lease_transitions_total State changes of the lease, by the state entered.\n# TYPE leasectl_lease_transitions_total counter\n")
+	states := make([]string, 0, len(m.transitions))
+	for s := range m.transitions {
+		states = append(states, string(s))
+	}
+	sort.Strings(states)
+	for _, s := range states {
+		fmt.Fprintf(w, "leasectl_lease_transitions_total{%s,state=%q} %d\n", m.labels, s, m.transitions[lease.State(s)])
+	}
+	fmt.Fprintf(w, "# HELP leasectl_lease_program_starts_total Times the program was started.\n# TYPE leasectl_lease_program_starts_total counter\nleasectl_lease_program_starts_total{%s} %d\n", m.labels, m.children)
+	if !m.lastBeat.IsZero() {
+		fmt.Fprintf(w, "# HELP leasectl_lease_heartbeat_age_seconds Seconds since the last round trip that proved the lease session alive.\n# TYPE leasectl_lease_heartbeat_age_seconds gauge\nleasectl_lease_heartbeat_age_seconds{%s} %.3f\n", m.labels, time.Since(m.lastBeat).Seconds())
+	}
+}
+
+// serveMetrics serves m at http://addr/metrics until the returned function
+// is called.
+func serveMetrics(addr string, m *runMetrics, logger *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, &InputError{Err: fmt.Errorf("cannot serve metrics on --metrics-addr %s: %w", addr, err)}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", m)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	logger.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}

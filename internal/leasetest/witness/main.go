@@ -1,0 +1,93 @@
+// Command witness is the child program of leasectl's tests and benchmarks:
+// it reports to a unix socket when it starts, when it is signalled and when
+// it finds another witness still running (a non-blocking flock on a shared
+// file), so that a test can prove that at most one child runs at a time.
+//
+//	witness [-lock FILE] [-notify SOCKET] [-exit N] [-ignore-term]
+//
+// Without -exit it runs until SIGTERM or SIGINT, then exits 0 (with
+// -ignore-term it keeps running and must be killed). It exits 97 when the
+// lock is taken.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/leasectl/leasectl/internal/leasetest"
+)
+
+func main() {
+	lock := flag.String("lock", "", "take a non-blocking flock on this file; report an overlap and exit 97 if it is held")
+	notify := flag.String("notify", "", "unix socket to report events to")
+	exit := flag.Int("exit", -1, "exit with this status right after starting")
+	ignoreTerm := flag.Bool("ignore-term", false, "report SIGTERM and SIGINT but keep running")
+	flag.Parse()
+
+	// Listen for signals before reporting the start, so that none is missed.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+
+	var out *json.Encoder
+	if *notify != "" {
+		if c, err := net.Dial("unix", *notify); err == nil {
+			out = json.NewEncoder(c)
+		} else {
+			fmt.Fprintln(os.Stderr, "witness:", err)
+		}
+	}
+	report := func(kind, detail string) {
+		ev := leasetest.Event{
+			Kind: kind, Detail: detail, PID: os.Getpid(), PPID: os.Getppid(),
+			BackendPID: os.Getenv("LEASECTL_BACKEND_PID"), Role: os.Getenv("LEASECTL_ROLE"), Key: os.Getenv("LEASECTL_KEY"),
+			LeaseFD: leaseFD(),
+		}
+		if out != nil {
+			_ = out.Encode(ev)
+		}
+	}
+
+	if *lock != "" {
+		f, err := os.OpenFile(*lock, os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			report(leasetest.Failed, err.Error())
+			os.Exit(96)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			report(leasetest.Overlap, err.Error())
+			fmt.Fprintln(os.Stderr, "witness: another witness holds the lock:", err)
+			os.Exit(97)
+		}
+		// Held until this process exits.
+	}
+	report(leasetest.Start, "")
+	if *exit >= 0 {
+		os.Exit(*exit)
+	}
+	for s := range sigs {
+		report(leasetest.Term, s.String())
+		if !*ignoreTerm {
+			os.Exit(0)
+		}
+	}
+}
+
+// leaseFD describes descriptor 3 as leasectl run passes it.
+func leaseFD() string {
+	if os.Getenv("LEASECTL_LEASE_FD") != "3" {
+		return ""
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(3, &st); err != nil {
+		return "error: " + err.Error()
+	}
+	if st.Mode&syscall.S_IFMT == syscall.S_IFSOCK {
+		return "socket"
+	}
+	return fmt.Sprintf("mode %o", st.Mode)
+}

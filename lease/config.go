@@ -1,0 +1,148 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/locks"
+)
+
+// Defaults of [Config].
+const (
+	DefaultRetryInterval     = 5 * time.Second
+	DefaultHeartbeatInterval = 15 * time.Second
+	DefaultHeartbeatTimeout  = 5 * time.Second
+	DefaultStopTimeout       = 10 * time.Second
+)
+
+// Config configures [Run]. Only Key and a database (DSN or ConnConfig) are
+// required.
+type Config struct {
+	// Role names the lease in logs and state changes, usually a role of
+	// keys.yaml. Empty means "key N".
+	Role string
+	// Key is the advisory-lock key that the replicas of this role contend
+	// for. It must not be locks.DefaultProbeKey, which the probe uses.
+	Key int64
+
+	// DSN is the database, parsed with dbconn.Parse (pooler-safe exec mode)
+	// when ConnConfig is nil. Use target_session_attrs=primary with several
+	// hosts: a standby never leads.
+	DSN string
+	// ConnConfig is used instead of DSN when set. Run works on a copy; it
+	// replaces the copy's DialFunc with one that sets TCP keepalives and
+	// TCP_USER_TIMEOUT derived from the heartbeat settings.
+	ConnConfig *pgx.ConnConfig
+
+	// RetryInterval bounds the wait between reconnect attempts (which back
+	// off from 100 ms) and is the wait after a refusal. Default 5 s.
+	RetryInterval time.Duration
+	// HeartbeatInterval is how often the leader runs SELECT 1, and the
+	// stand-by's lock_timeout. Default 15 s.
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout bounds each heartbeat and each connect attempt (when
+	// ConnConfig sets no ConnectTimeout). Default 5 s.
+	HeartbeatTimeout time.Duration
+	// StopTimeout is how long work may take to return once its context is
+	// cancelled. Run always waits for work; past StopTimeout it logs that the
+	// timing rule is broken. Default 10 s.
+	StopTimeout time.Duration
+	// ServerTimeout is how long the server keeps the session of a client it
+	// cannot reach, and with it the key (tcp_user_timeout and keepalives of
+	// the session). It must exceed HeartbeatInterval + HeartbeatTimeout +
+	// StopTimeout. Default HeartbeatInterval + 2 × HeartbeatTimeout +
+	// StopTimeout (35 s with the other defaults).
+	ServerTimeout time.Duration
+	// TakeoverDelay is how long a new leader holds the key before it starts
+	// work. Zero (the default) starts at once. After the server itself ends
+	// the old leader's session (pg_terminate_backend, a restart), the old
+	// leader notices at once and stops its work, but a stand-by gets the key
+	// just as fast; a delay longer than the old work's stop time rules out
+	// the overlap, like consul's lock-delay.
+	TakeoverDelay time.Duration
+
+	// Preflight decides whether this DSN may lead; it runs on every new
+	// connection before the connection stands by. A non-nil error refuses.
+	// Nil means the session-stability probe.
+	Preflight func(ctx context.Context, cfg *pgx.ConnConfig) error
+
+	// Logger receives a line for every state change, with role, key and
+	// backend_pid. Nil discards.
+	Logger *slog.Logger
+	// OnStateChange, when set, is called synchronously on every state change.
+	OnStateChange func(Change)
+	// OnHeartbeat, when set, is called synchronously after every round trip
+	// that proves the lease session alive: connect, each stand-by wait,
+	// each heartbeat.
+	OnHeartbeat func(at time.Time)
+}
+
+// ConfigError reports an unusable [Config]; Run returns it before connecting.
+type ConfigError struct {
+	Field  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("lease: invalid %s: %s", e.Field, e.Reason)
+}
+
+// withDefaults validates c and fills in defaults; it parses the DSN.
+func (c Config) withDefaults() (Config, error) {
+	if c.Key == locks.DefaultProbeKey {
+		return c, &ConfigError{"Key", fmt.Sprintf("%d is the probe's key (locks.DefaultProbeKey); give the role its own key", c.Key)}
+	}
+	if c.Role == "" {
+		c.Role = "key " + strconv.FormatInt(c.Key, 10)
+	}
+	for _, d := range []struct {
+		v    *time.Duration
+		def  time.Duration
+		name string
+	}{
+		{&c.RetryInterval, DefaultRetryInterval, "RetryInterval"},
+		{&c.HeartbeatInterval, DefaultHeartbeatInterval, "HeartbeatInterval"},
+		{&c.HeartbeatTimeout, DefaultHeartbeatTimeout, "HeartbeatTimeout"},
+		{&c.StopTimeout, DefaultStopTimeout, "StopTimeout"},
+		{&c.ServerTimeout, 0, "ServerTimeout"},
+	} {
+		if *d.v < 0 {
+			return c, &ConfigError{d.name, fmt.Sprintf("%s is negative", *d.v)}
+		}
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.ServerTimeout == 0 {
+		c.ServerTimeout = c.HeartbeatInterval + 2*c.HeartbeatTimeout + c.StopTimeout
+	}
+	if c.TakeoverDelay < 0 {
+		return c, &ConfigError{"TakeoverDelay", "it is negative"}
+	}
+	if min := c.HeartbeatInterval + c.HeartbeatTimeout + c.StopTimeout; c.ServerTimeout <= min {
+		return c, &ConfigError{"ServerTimeout", fmt.Sprintf("%s must exceed HeartbeatInterval + HeartbeatTimeout + StopTimeout = %s, or the server could hand the key to another replica before this one has stopped its work", c.ServerTimeout, min)}
+	}
+	if c.ConnConfig == nil {
+		cfg, err := dbconn.Parse(c.DSN, 0)
+		if err != nil {
+			return c, err
+		}
+		c.ConnConfig = cfg
+	} else {
+		c.ConnConfig = c.ConnConfig.Copy()
+	}
+	c.ConnConfig.DialFunc = dialer(c.HeartbeatInterval, c.HeartbeatTimeout)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Preflight == nil {
+		c.Preflight = defaultPreflight(c.HeartbeatInterval, c.HeartbeatTimeout)
+	}
+	return c, nil
+}

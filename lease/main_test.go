@@ -1,0 +1,46 @@
+package lease_test
+
+import (
+	"os"
+	"sync"
+	"testing"
+
+	"github.com/leasectl/leasectl/internal/leasetest"
+	"github.com/leasectl/leasectl/lab"
+)
+
+// testLab is shared by the package's tests: a primary, a hot standby and
+// PgBouncer in transaction mode.
+var (
+	testLab *lab.Lab
+	binDir  string
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "lease-test-bin-"); err != nil {
+		panic(err)
+	}
+	code := lab.RunMain(m, lab.Options{
+		Standby: true,
+		Poolers: []lab.PoolerSpec{{Name: "transaction", Mode: lab.Transaction, PoolSize: 20}},
+	}, &testLab)
+	os.RemoveAll(binDir)
+	os.Exit(code)
+}
+
+var (
+	witnessOnce sync.Once
+	witnessPath string
+	witnessErr  error
+)
+
+// witnessBin builds the witness program once per test binary.
+func witnessBin(t *testing.T) string {
+	t.Helper()
+	witnessOnce.Do(func() { witnessPath, witnessErr = leasetest.Build(binDir) })
+	if witnessErr != nil {
+		t.Fatal(witnessErr)
+	}
+	return witnessPath
+}

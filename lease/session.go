@@ -1,0 +1,139 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/sys/unix"
+)
+
+// Session describes the lease that work runs under; work finds it with
+// [SessionFrom].
+type Session struct {
+	Role string
+	Key  int64
+	// BackendPID is the server process that holds the key.
+	BackendPID uint32
+	// Since is when the key was acquired.
+	Since time.Time
+
+	conn *pgx.Conn
+}
+
+type sessionKey struct{}
+
+// SessionFrom returns the Session of the lease under which work was called
+// with ctx.
+func SessionFrom(ctx context.Context) (*Session, bool) {
+	s, ok := ctx.Value(sessionKey{}).(*Session)
+	return s, ok
+}
+
+// DupSocket returns a duplicate of the lease connection's socket, for a child
+// process to inherit. While any copy is open the operating system keeps the
+// connection up, so if this process dies the server releases the key only
+// after the child has exited too. The copy shares the socket: never read,
+// write or change its flags. It is opened close-on-exec; os/exec's
+// ExtraFiles clears that in the child.
+func (s *Session) DupSocket() (*os.File, error) {
+	nc := s.conn.PgConn().Conn()
+	for {
+		u, ok := nc.(interface{ NetConn() net.Conn }) // *tls.Conn
+		if !ok {
+			break
+		}
+		nc = u.NetConn()
+	}
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return nil, fmt.Errorf("lease socket: %T has no file descriptor", nc)
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("lease socket: %w", err)
+	}
+	fd, dupErr := -1, error(nil)
+	if err := raw.Control(func(f uintptr) { fd, dupErr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 3) }); err != nil {
+		return nil, fmt.Errorf("lease socket: %w", err)
+	}
+	if dupErr != nil {
+		return nil, fmt.Errorf("lease socket: dup: %w", dupErr)
+	}
+	// os.NewFile (unlike net.Conn.File) leaves the shared O_NONBLOCK flag
+	// alone when os/exec asks for the descriptor: clearing it would make
+	// pgx's reads of the lease connection block past their deadlines.
+	return os.NewFile(uintptr(fd), "lease-socket"), nil
+}
+
+// dialer returns pgx's DialFunc for lease connections: TCP keepalives and
+// TCP_USER_TIMEOUT so that this side notices a dead network by itself too.
+// Client-side settings can only make the leader step down sooner, never
+// later, so they are safe whatever their values.
+func dialer(heartbeatInterval, heartbeatTimeout time.Duration) pgconn.DialFunc {
+	d := &net.Dialer{
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable:   true,
+			Idle:     heartbeatInterval,
+			Interval: max(time.Second, heartbeatTimeout/3),
+			Count:    3,
+		},
+		Control: func(network, _ string, c syscall.RawConn) error {
+			if !strings.HasPrefix(network, "tcp") {
+				return nil
+			}
+			var serr error
+			err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(heartbeatTimeout.Milliseconds()))
+			})
+			return errors.Join(err, serr)
+		},
+	}
+	return d.DialContext
+}
+
+// The lease session's server settings. tcp_* make the server drop a client
+// it cannot reach after ServerTimeout (never before: see the timing rule in
+// the package doc); statement_timeout and idle_session_timeout, which a
+// role or database may set, would cancel the stand-by's wait or end the
+// leader's idle session.
+const (
+	setupSQL = `SELECT set_config('tcp_keepalives_idle', $1, false),
+       set_config('tcp_keepalives_interval', $2, false),
+       set_config('tcp_keepalives_count', $3, false),
+       set_config('tcp_user_timeout', $4, false),
+       set_config('statement_timeout', '0', false)`
+	setupSQL14 = setupSQL + `,
+       set_config('idle_session_timeout', '0', false)`
+)
+
+// setupSession applies the lease settings to the session. It runs only after
+// the preflight passed: through a transaction pooler, session settings would
+// leak to other clients.
+func setupSession(ctx context.Context, conn *pgx.Conn, serverVersion int, heartbeatInterval, heartbeatTimeout, serverTimeout time.Duration) error {
+	// Probes start once the session has been silent for longer than a
+	// leader ever is (it heartbeats every heartbeatInterval), one a second;
+	// tcp_user_timeout ends the session at serverTimeout after the last
+	// answer. tcp_keepalives_count gives the same for kernels without
+	// TCP_USER_TIMEOUT.
+	idle := int(math.Ceil((heartbeatInterval + heartbeatTimeout).Seconds()))
+	count := max(1, int(math.Ceil(serverTimeout.Seconds()))-idle)
+	sql := setupSQL
+	if serverVersion >= 140000 {
+		sql = setupSQL14
+	}
+	_, err := conn.Exec(ctx, sql, strconv.Itoa(idle), "1", strconv.Itoa(count), strconv.FormatInt(serverTimeout.Milliseconds(), 10))
+	if err != nil {
+		return fmt.Errorf("set the lease session's timeouts: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,42 @@
+package locks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// WaitLock waits in the server's lock queue for the session-level advisory
+// lock key, for at most timeout, and reports whether this session now holds
+// it. False with a nil error means the wait timed out on the server
+// (lock_timeout, SQLSTATE 55P03) and the session is still usable.
+//
+// Waiting in the queue rather than polling pg_try_advisory_lock is what
+// makes a takeover immediate: the server grants the key to the first waiter
+// the moment the holder's session ends. The timeout is set as the session's
+// lock_timeout, which stays set afterwards, so that the wait is bounded on
+// the server even when the client cannot reach it. Cancelling ctx cancels
+// the wait; pgx then closes the connection, which also leaves the queue.
+func WaitLock(ctx context.Context, conn *pgx.Conn, key int64, timeout time.Duration) (bool, error) {
+	ms := timeout.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	if _, err := conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, false)", strconv.FormatInt(ms, 10)+"ms"); err != nil {
+		return false, fmt.Errorf("set lock_timeout: %w", err)
+	}
+	_, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: lock_timeout expired
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("pg_advisory_lock(%d): %w", key, err)
+	}
+	return true, nil
+}
