@@ -71,8 +71,12 @@ type Options struct {
 	Poolers []PoolerSpec
 	// Standby adds a streaming hot standby of the primary.
 	Standby bool
-	// Settings are extra postgresql.conf lines for primary and standby.
+	// Settings are extra postgresql.conf lines for primary and standby; they
+	// win over the lab's own (listen_addresses, for example).
 	Settings map[string]string
+	// HBA are extra pg_hba.conf lines for primary and standby, e.g. to admit
+	// clients from a network namespace: "host all all 10.231.0.0/24 scram-sha-256".
+	HBA []string
 	// Log receives one line per step; nil discards them.
 	Log io.Writer
 }
@@ -118,6 +122,7 @@ type Lab struct {
 	Standby  *Server           `json:"standby,omitempty"`
 	Poolers  []Pooler          `json:"poolers"`
 	Settings map[string]string `json:"settings,omitempty"`
+	HBA      []string          `json:"hba,omitempty"`
 
 	cred *syscall.Credential
 	log  io.Writer
@@ -156,7 +161,7 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err != nil {
 		return nil, err
 	}
-	l = &Lab{User: "postgres", OSUser: osUser, Bin: bin, Settings: opts.Settings, cred: cred, log: opts.Log}
+	l = &Lab{User: "postgres", OSUser: osUser, Bin: bin, Settings: opts.Settings, HBA: opts.HBA, cred: cred, log: opts.Log}
 	if l.log == nil {
 		l.log = io.Discard
 	}
@@ -296,6 +301,17 @@ func (l *Lab) SocketDSN() string {
 		l.Primary.SocketDir, l.Primary.Port, l.User, l.PassFile)
 }
 
+// MultiHostDSN names the primary and then the standby, with
+// target_session_attrs=primary: what a lease DSN looks like in front of an
+// HA pair. Empty when the lab has no standby.
+func (l *Lab) MultiHostDSN() string {
+	if l.Standby == nil {
+		return ""
+	}
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=primary&passfile=%s",
+		url.PathEscape(l.User), l.Primary.Port, l.Standby.Port, url.QueryEscape(l.PassFile))
+}
+
 // StandbyDSN is the hot standby over TCP; empty when the lab has none.
 func (l *Lab) StandbyDSN() string {
 	if l.Standby == nil {
@@ -397,14 +413,25 @@ func (l *Lab) writeServerConf(s *Server) error {
 	for k, v := range l.Settings {
 		fmt.Fprintf(&b, "%s = %s\n", k, v)
 	}
-	conf := filepath.Join(s.DataDir, "postgresql.conf")
-	f, err := os.OpenFile(conf, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", conf, err)
+	if err := appendFile(filepath.Join(s.DataDir, "postgresql.conf"), b.String()); err != nil {
+		return err
 	}
-	defer f.Close()
-	_, err = f.WriteString(b.String())
-	return err
+	if len(l.HBA) == 0 {
+		return nil
+	}
+	return appendFile(filepath.Join(s.DataDir, "pg_hba.conf"), "\n# leasectl lab\n"+strings.Join(l.HBA, "\n")+"\n")
+}
+
+func appendFile(path, text string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := f.WriteString(text); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 func (l *Lab) startServer(ctx context.Context, s *Server) error {

@@ -147,3 +147,48 @@ func TestWrongPasswordIsRefused(t *testing.T) {
 		t.Fatalf("error shows the password: %v", err)
 	}
 }
+
+// TestHBAAndMultiHost: extra pg_hba lines and settings reach the servers,
+// and the multi-host DSN with target_session_attrs=primary lands on the
+// primary even when the standby is listed too.
+func TestHBAAndMultiHost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l, err := lab.Start(ctx, lab.Options{
+		Poolers:  []lab.PoolerSpec{},
+		Standby:  true,
+		Settings: map[string]string{"application_name": "'from-settings'"},
+		HBA:      []string{"host all all 10.231.0.0/24 scram-sha-256"},
+	})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	defer l.Stop(context.Background())
+	cfg, err := dbconn.Parse(l.MultiHostDSN(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := dbconn.Connect(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	info, err := dbconn.Server(ctx, conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.InRecovery || info.Port != l.Primary.Port {
+		t.Errorf("multi-host DSN reached %+v, want the primary on %d", info, l.Primary.Port)
+	}
+	var rules int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_hba_file_rules WHERE '10.231.0.0' = address").Scan(&rules); err != nil {
+		t.Fatal(err)
+	}
+	if rules != 1 {
+		t.Errorf("the extra pg_hba line is not in effect (%d rules)", rules)
+	}
+	var app string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&app); err != nil || app != "from-settings" {
+		t.Errorf("extra setting not in effect: application_name = %q (%v)", app, err)
+	}
+}
