@@ -50,8 +50,16 @@ func (e *ConnectError) Unwrap() error { return e.Err }
 
 // IsAuth reports whether the server rejected the credentials.
 func (e *ConnectError) IsAuth() bool {
+	return isAuthError(e.Err)
+}
+
+// isAuthError reports a rejection of the credentials: SQLSTATE class 28
+// from PostgreSQL, or the protocol violation (08P01) "… authentication
+// failed" that PgBouncer sends for a wrong password.
+func isAuthError(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(e.Err, &pgErr) && strings.HasPrefix(pgErr.Code, "28")
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "28") ||
+		pgErr.Code == "08P01" && strings.Contains(pgErr.Message, "authentication failed"))
 }
 
 // Parse parses dsn like libpq does (URL or key=value, with PG* environment
@@ -109,7 +117,7 @@ func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
 	var pgErr *pgconn.PgError
 	var netErr net.Error
 	switch {
-	case errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28"):
+	case isAuthError(err):
 		ce.hint = fmt.Sprintf("authentication failed for user %q: check the user and password in the DSN, PGPASSWORD or the pgpass file", cfg.User)
 	case errors.As(err, &pgErr) && pgErr.Code == "3D000":
 		ce.hint = "the database does not exist: check the dbname in the DSN"
