@@ -46,16 +46,15 @@ func FuzzWhoArgs(f *testing.F) {
 		if watch {
 			opts.Watch = defaultWatchInterval
 		}
-		err := opts.takeWatchInterval(watch)
-		var sel whoSelection
-		if err == nil {
-			sel, err = opts.selection()
-		}
+		sel, err := opts.parse(watch)
 		if err != nil {
 			if code := ExitCode(err); code != ExitUsage || err.Error() == "" {
 				t.Fatalf("who %q: exit %d, %v; want a usage or input error", args, code, err)
 			}
 			return
+		}
+		if watch && opts.Watch < 100*time.Millisecond {
+			t.Fatalf("who --watch %q: accepted an interval of %s", args, opts.Watch)
 		}
 		if len(opts.Args) == 0 {
 			if len(sel.want) != len(roles) {
@@ -85,9 +84,6 @@ func FuzzWhoArgs(f *testing.F) {
 			if err != nil || back != got {
 				t.Fatalf("key %v prints as %q, which reads back as %v, %v", got, got.String(), back, err)
 			}
-		}
-		if watch && opts.Watch <= 0 {
-			t.Fatalf("who --watch %q: interval %s", args, opts.Watch)
 		}
 	})
 }
