@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/internal/leasetest"
+	"github.com/leasectl/leasectl/internal/memtest"
 	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/keys"
 )
@@ -385,17 +385,6 @@ func TestHostileUnprivilegedRole(t *testing.T) {
 	})
 }
 
-// allocated returns how many bytes fn allocates (an upper bound of its peak
-// heap). No test of this package runs in parallel, so the figure is fn's.
-func allocated(fn func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	fn()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
-
 // TestHostileKeysFiles: keys files just over the size limit, with an alias
 // bomb, or with thousands of roles, through every command that reads one.
 // The first two are refused (exit 2, the rule and what to do) without
@@ -452,7 +441,7 @@ func TestHostileKeysFiles(t *testing.T) {
 			for _, args := range commands(file) {
 				args = append([]string{"--dsn", dsn, "--timeout", "5s"}, args...)
 				var res cliResult
-				n := allocated(func() { res = runBounded(t, nil, args...) })
+				n := memtest.Allocated(func() { res = runBounded(t, nil, args...) })
 				want := expect{code: ExitUsage, says: append([]string{"is not a valid keys file"}, tc.says...)}
 				want.check(t, args, res, pw)
 				t.Logf("%s: %.1f MiB allocated", strings.Join(args[4:], " "), float64(n)/(1<<20))
@@ -480,7 +469,7 @@ func TestHostileKeysFiles(t *testing.T) {
 		} {
 			args := append([]string{"--dsn", dsn, "--timeout", "30s"}, tc.args...)
 			var res cliResult
-			n := allocated(func() { res = runBounded(t, nil, args...) })
+			n := memtest.Allocated(func() { res = runBounded(t, nil, args...) })
 			tc.want.check(t, args, res, pw)
 			t.Logf("%s: %.1f MiB allocated", strings.Join(tc.args, " "), float64(n)/(1<<20))
 			if n > 256<<20 {
