@@ -51,9 +51,6 @@ func Execute(args []string) int {
 func Run(ctx context.Context, app *App, args []string) int {
 	root := NewRootCmd(app)
 	root.SetArgs(args)
-	root.SetIn(app.IO.In)
-	root.SetOut(app.IO.Out)
-	root.SetErr(app.IO.ErrOut)
 	c, err := root.ExecuteContextC(ctx)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown shorthand flag") ||
@@ -120,6 +117,11 @@ while they hold the lease.`,
 	root.AddCommand(newKeysCmd(app))
 	root.AddCommand(newFailoverCmd(app), newVerifyCmd(app))
 	root.AddCommand(newRunCmd(app))
+	// Before the built-in commands are made: completion's scripts take
+	// their writer when it is created.
+	root.SetIn(app.IO.In)
+	root.SetOut(app.IO.Out)
+	root.SetErr(app.IO.ErrOut)
 	strictBuiltins(root)
 	return root
 }
