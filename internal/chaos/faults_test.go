@@ -187,22 +187,22 @@ func restarts(t *testing.T, f *fleet, res *result, modes []string) {
 	f.start(pooled, testLab.PoolerDSN("transaction"), nil)
 	lead := h.await(t, from, hang, "a first leader", isStart)
 	f.settled(f.of(lead))
-	var downs []time.Duration
+	var each []string
 	for _, mode := range modes {
 		from := h.mark()
 		t0 := time.Now()
 		if err := testLab.RestartPrimary(context.Background(), mode); err != nil {
 			t.Fatal(err)
 		}
-		downs = append(downs, time.Since(t0))
+		down := time.Since(t0)
 		res.faults++
 		h.await(t, from, hang, "SIGTERM to the leader's program after a "+mode+" restart", isTermOf(lead.PID))
 		lead = h.await(t, from, hang, "a takeover after a "+mode+" restart", isStart)
 		res.takeovers = append(res.takeovers, lead.At.Sub(t0))
+		each = append(each, fmt.Sprintf("%s: restart %s, takeover %s", mode, fmtDur(down), fmtDur(lead.At.Sub(t0))))
 		f.settled(f.of(lead))
 	}
-	res.notes = append(res.notes, "takeovers count from the restart command: pg_ctl stop + start took "+spread(downs)+
-		", then replicas reconnect with backoff (100 ms doubling, at most --retry-interval 5s), plus the 1 s takeover delay")
+	res.notes = append(res.notes, "takeovers count from the restart command (pg_ctl stop and start), then replicas reconnect with backoff (100 ms doubling, at most --retry-interval 5s) and wait the 1 s takeover delay: "+strings.Join(each, "; "))
 }
 
 // partitions makes the replica in the network namespace the leader and cuts
@@ -471,10 +471,17 @@ func report(results []*result) string {
 	return b.String()
 }
 
-// spread renders the median and max of ds.
+// spread renders the median and max of ds, or each of a few.
 func spread(ds []time.Duration) string {
 	if len(ds) == 0 {
 		return "—"
+	}
+	if len(ds) <= 3 {
+		each := make([]string, len(ds))
+		for i, d := range ds {
+			each[i] = fmtDur(d)
+		}
+		return strings.Join(each, ", ")
 	}
 	s := benchutil.Summarize(ds)
 	return "median " + fmtDur(s.Median) + ", max " + fmtDur(s.Max)

@@ -49,9 +49,9 @@ func NewNetns() (n *Netns, err error) {
 	if os.Geteuid() != 0 {
 		return nil, errors.New("a network partition needs root (network namespaces, veth pairs and nftables rules are privileged): run the suite as root, as CI does")
 	}
-	for _, tool := range []string{"ip", "nft"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return nil, fmt.Errorf("%s not found: %s", tool, toolsHint)
+	for _, name := range []string{"ip", "nft"} {
+		if tool(name) == name {
+			return nil, fmt.Errorf("%s not found: %s", name, toolsHint)
 		}
 	}
 	removeStale()
@@ -86,7 +86,7 @@ func NewNetns() (n *Netns, err error) {
 // Command returns cmd prepared to run name inside the namespace. `ip netns
 // exec` execs name in place, so the process's pid is name's.
 func (n *Netns) Command(name string, args ...string) *exec.Cmd {
-	return exec.Command("ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+	return exec.Command(tool("ip"), append([]string{"netns", "exec", n.Name, name}, args...)...)
 }
 
 // Cut drops every packet between the namespace and HostAddr, both ways,
@@ -123,7 +123,7 @@ func (n *Netns) Close() error {
 // removeStale removes the namespaces and veth pairs of runs whose process
 // is gone (killed before their cleanup ran).
 func removeStale() {
-	out, err := exec.Command("ip", "netns", "list").Output()
+	out, err := exec.Command(tool("ip"), "netns", "list").Output()
 	if err != nil {
 		return
 	}
@@ -154,6 +154,20 @@ func inUse(addr string) bool {
 	return false
 }
 
+// tool returns the path of an administration program, which may live in
+// /usr/sbin or /sbin outside a non-root PATH; name itself when not found.
+func tool(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, dir := range []string{"/usr/sbin/", "/sbin/"} {
+		if _, err := os.Stat(dir + name); err == nil {
+			return dir + name
+		}
+	}
+	return name
+}
+
 // errMissing marks a failure to delete something that is not there.
 var errMissing = errors.New("not there")
 
@@ -166,7 +180,7 @@ func ignoreMissing(err error) error {
 
 // run runs argv with stdin, returning its output in the error.
 func run(stdin []byte, argv ...string) error {
-	c := exec.Command(argv[0], argv[1:]...)
+	c := exec.Command(tool(argv[0]), argv[1:]...)
 	if stdin != nil {
 		c.Stdin = bytes.NewReader(stdin)
 	}
