@@ -14,6 +14,7 @@ import (
 	"github.com/leasectl/leasectl/internal/benchutil"
 	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/lab"
 	"github.com/leasectl/leasectl/locks"
 )
 
@@ -63,8 +64,7 @@ type result struct {
 // fresh fleet of five replicas of `leasectl run` (one through PgBouncer in
 // transaction mode), injects its faults, and requires that no two witnesses
 // ever ran at once, that the pooler replica never led, and that a takeover
-// follows every fault; takeover times are reported, not asserted. The
-// scenarios run in this order because the last one promotes the standby.
+// follows every fault; takeover times are reported, not asserted.
 func TestFaults(t *testing.T) {
 	h := newHarness(t)
 	p := currentPlan()
@@ -295,30 +295,33 @@ func listenOnVeth(t *testing.T) {
 	}
 }
 
-// promoted is set once the HA scenario has promoted the lab's standby, which
-// cannot be undone without rebuilding it.
-var promoted bool
-
-// haFailover stops the primary and promotes the standby, with every replica
-// that may lead on the multi-host DSN: the leader's program is stopped,
-// every replica drops its session, none ever holds or waits for the key on
-// the standby while it is in recovery, and exactly one leads on the
-// promoted server.
+// haFailover stops the primary and promotes the standby of a lab of its
+// own (a promotion cannot be undone), with every replica that may lead on
+// the multi-host DSN: the leader's program is stopped, every replica drops
+// its session, none ever holds or waits for the key on the standby while it
+// is in recovery, and exactly one leads on the promoted server.
 func haFailover(t *testing.T, f *fleet, res *result) {
-	if promoted {
-		t.Fatal("the lab's standby was promoted by an earlier run of this test; run the suite with -count=1")
-	}
 	h, ctx := f.h, context.Background()
+	ha, err := lab.Start(ctx, lab.Options{Standby: true, Poolers: []lab.PoolerSpec{{Name: "transaction", Mode: lab.Transaction, PoolSize: 20}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.stopAll()
+		if err := ha.Stop(context.Background()); err != nil {
+			t.Errorf("stop the HA lab: %v", err)
+		}
+	})
 	from := h.mark()
 	for range 4 {
-		f.start(multiHost, testLab.MultiHostDSN(), nil)
+		f.start(multiHost, ha.MultiHostDSN(), nil)
 	}
-	f.start(pooled, testLab.PoolerDSN("transaction"), nil)
+	f.start(pooled, ha.PoolerDSN("transaction"), nil)
 	lead := h.await(t, from, hang, "a first leader", isStart)
 	f.settled(f.of(lead))
-	checkHolder(t, pgtest.Conn(t, testLab.DirectDSN(), "chaos-ha"), "the primary", lead.BackendPID)
+	checkHolder(t, pgtest.Conn(t, ha.DirectDSN(), "chaos-ha"), "the primary", lead.BackendPID)
 
-	watch := watchStandby(pgtest.Conn(t, testLab.StandbyDSN(), "chaos-ha-watch"))
+	watch := watchStandby(pgtest.Conn(t, ha.StandbyDSN(), "chaos-ha-watch"))
 	defer watch.stop()
 	seen := map[*replica]int{}
 	for _, r := range f.live {
@@ -326,7 +329,7 @@ func haFailover(t *testing.T, f *fleet, res *result) {
 	}
 	from = h.mark()
 	t0 := time.Now()
-	if err := testLab.StopServer(ctx, &testLab.Primary, "fast"); err != nil {
+	if err := ha.StopServer(ctx, &ha.Primary, "fast"); err != nil {
 		t.Fatal(err)
 	}
 	res.faults++
@@ -337,8 +340,7 @@ func haFailover(t *testing.T, f *fleet, res *result) {
 		}
 	}
 	promoting := time.Now()
-	promoted = true
-	if err := testLab.Promote(ctx); err != nil {
+	if err := ha.Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
 	promotion := time.Since(promoting)
@@ -356,10 +358,10 @@ func haFailover(t *testing.T, f *fleet, res *result) {
 	if newLeader.kind != multiHost {
 		t.Fatalf("%s led after the failover", newLeader.name)
 	}
-	checkHolder(t, pgtest.Conn(t, testLab.StandbyDSN(), "chaos-ha"), "the promoted standby", next.BackendPID)
+	checkHolder(t, pgtest.Conn(t, ha.StandbyDSN(), "chaos-ha"), "the promoted standby", next.BackendPID)
 	for _, r := range f.live {
 		if r.kind == multiHost {
-			f.waitLine(r, seen[r], "a connection to the promoted standby", func(l logLine) bool { return l.Msg == "connected" && l.Port == testLab.Standby.Port })
+			f.waitLine(r, seen[r], "a connection to the promoted standby", func(l logLine) bool { return l.Msg == "connected" && l.Port == ha.Standby.Port })
 		}
 	}
 	f.settled(newLeader)
@@ -492,4 +494,38 @@ func fmtDur(d time.Duration) string {
 		return benchutil.Ms(d)
 	}
 	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+// TestWitnessSeesOverlaps is the suite's control: with no takeover delay
+// and a program that ignores SIGTERM (killed only after --grace), ending
+// the leader's session lets the next replica start its program while the
+// old one still runs, and the witness must report it. Without this, zero
+// overlaps in TestFaults could mean a blind witness.
+func TestWitnessSeesOverlaps(t *testing.T) {
+	h := newHarness(t)
+	f := h.newFleet(t, "--grace", "3s")
+	f.witnessFlags = []string{"-ignore-term"}
+	from := h.mark()
+	for range 2 {
+		f.start(direct, testLab.DirectDSN(), nil)
+	}
+	lead := h.await(t, from, hang, "a first leader", isStart)
+	f.settled(f.of(lead))
+	pid, err := strconv.ParseUint(lead.BackendPID, 10, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from = h.mark()
+	if err := leasetest.Terminate(context.Background(), pgtest.Conn(t, testLab.DirectDSN(), "chaos-admin"), roleKey, uint32(pid)); err != nil {
+		t.Fatal(err)
+	}
+	ev := h.await(t, from, hang, "an overlap report from the witness", isOverlap)
+	if ev.PPID == lead.PPID {
+		t.Errorf("the overlap was reported by the old leader's replica %d", ev.PPID)
+	}
+	// SIGKILL, not SIGTERM: the programs ignore SIGTERM, so stopping would
+	// end in SIGKILL after --grace and an exit status the fleet rejects.
+	for _, r := range append([]*replica(nil), f.live...) {
+		f.kill(r)
+	}
 }

@@ -211,6 +211,8 @@ type fleet struct {
 	h     *harness
 	t     *testing.T
 	flags []string
+	// witnessFlags are extra flags of every replica's witness.
+	witnessFlags []string
 	live  []*replica // running
 	all   []*replica // every replica it started
 }
@@ -229,7 +231,7 @@ func (h *harness) newFleet(t *testing.T, flags ...string) *fleet {
 func (f *fleet) start(k kind, dsn string, ns *Netns) *replica {
 	f.t.Helper()
 	args := append([]string{"run", "--role", role, "--log-format", "json", "--restart"}, f.flags...)
-	args = append(args, "--", f.h.witness, "-lock", f.h.lock, "-notify", f.h.listener.Path)
+	args = append(append(args, "--", f.h.witness, "-lock", f.h.lock, "-notify", f.h.listener.Path), f.witnessFlags...)
 	var cmd *exec.Cmd
 	if k == partitioned {
 		cmd = ns.Command(f.h.leasectl, args...)

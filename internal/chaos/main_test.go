@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,15 +16,21 @@ import (
 // that `go test ./...` and CI run.
 var full = flag.Bool("full", false, "run the full fault suite (200 SIGKILLs, 50 terminations, 3 restarts, 3 partitions with default settings) instead of the bounded one")
 
-// testLab is the suite's own lab: a primary, a streaming standby (for the
-// HA failover, which promotes it: the suite runs once per test binary) and
-// PgBouncer in transaction mode. pg_hba admits the partition's namespace;
-// the primary listens there only while the partition scenario runs.
+// testLab is the suite's own lab: a primary and PgBouncer in transaction
+// mode. pg_hba admits the partition's namespace; the primary listens there
+// only while a test needs it. The HA failover starts a lab of its own, with
+// a standby to promote.
 var testLab *lab.Lab
 
-// dialEnv makes the test binary a TCP client (see TestNetns): it connects
-// to the address in this variable and exits 0, or 1 when it cannot.
-const dialEnv = "CHAOS_TEST_DIAL"
+// The test binary runs itself inside the network namespace as a client:
+// with dialEnv it connects to that TCP address and exits 0, or 1 when it
+// cannot (TestNetns); with holdEnv it holds a session on that DSN (see
+// holdSession, TestDeadPeerTime).
+const (
+	dialEnv       = "CHAOS_TEST_DIAL"
+	holdEnv       = "CHAOS_TEST_HOLD_DSN"
+	keepalivesEnv = "CHAOS_TEST_KEEPALIVES"
+)
 
 func TestMain(m *testing.M) {
 	if addr := os.Getenv(dialEnv); addr != "" {
@@ -35,8 +42,14 @@ func TestMain(m *testing.M) {
 		c.Close()
 		os.Exit(0)
 	}
+	if dsn := os.Getenv(holdEnv); dsn != "" {
+		if err := holdSession(dsn, strings.Split(os.Getenv(keepalivesEnv), ",")); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	os.Exit(lab.RunMain(m, lab.Options{
-		Standby: true,
 		Poolers: []lab.PoolerSpec{{Name: "transaction", Mode: lab.Transaction, PoolSize: 20}},
 		HBA:     []string{HBA},
 	}, &testLab))
