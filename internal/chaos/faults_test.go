@@ -121,13 +121,7 @@ func settle() { time.Sleep(200 * time.Millisecond) }
 // socket the program inherits), so no takeover delay is needed.
 func sigkills(t *testing.T, f *fleet, res *result, n int) {
 	h, dsn := f.h, testLab.DirectDSN()
-	from := h.mark()
-	for range 4 {
-		f.start(direct, dsn, nil)
-	}
-	f.start(pooled, testLab.PoolerDSN("transaction"), nil)
-	lead := h.await(t, from, hang, "a first leader", isStart)
-	f.settled(f.of(lead))
+	lead := f.startFive(direct, dsn, testLab.PoolerDSN("transaction"))
 	for i := range n {
 		from := h.mark()
 		killed := time.Now()
@@ -146,13 +140,7 @@ func sigkills(t *testing.T, f *fleet, res *result, n int) {
 // the old program may still be stopping: --takeover-delay covers its stop.
 func terminations(t *testing.T, f *fleet, res *result, n int) {
 	h, dsn := f.h, testLab.DirectDSN()
-	from := h.mark()
-	for range 4 {
-		f.start(direct, dsn, nil)
-	}
-	f.start(pooled, testLab.PoolerDSN("transaction"), nil)
-	lead := h.await(t, from, hang, "a first leader", isStart)
-	f.settled(f.of(lead))
+	lead := f.startFive(direct, dsn, testLab.PoolerDSN("transaction"))
 	admin := pgtest.Conn(t, dsn, "chaos-admin")
 	var stepDowns []time.Duration
 	for i := range n {
@@ -180,13 +168,7 @@ func terminations(t *testing.T, f *fleet, res *result, n int) {
 // back.
 func restarts(t *testing.T, f *fleet, res *result, modes []string) {
 	h, dsn := f.h, testLab.DirectDSN()
-	from := h.mark()
-	for range 4 {
-		f.start(direct, dsn, nil)
-	}
-	f.start(pooled, testLab.PoolerDSN("transaction"), nil)
-	lead := h.await(t, from, hang, "a first leader", isStart)
-	f.settled(f.of(lead))
+	lead := f.startFive(direct, dsn, testLab.PoolerDSN("transaction"))
 	var each []string
 	for _, mode := range modes {
 		from := h.mark()
@@ -312,13 +294,7 @@ func haFailover(t *testing.T, f *fleet, res *result) {
 			t.Errorf("stop the HA lab: %v", err)
 		}
 	})
-	from := h.mark()
-	for range 4 {
-		f.start(multiHost, ha.MultiHostDSN(), nil)
-	}
-	f.start(pooled, ha.PoolerDSN("transaction"), nil)
-	lead := h.await(t, from, hang, "a first leader", isStart)
-	f.settled(f.of(lead))
+	lead := f.startFive(multiHost, ha.MultiHostDSN(), ha.PoolerDSN("transaction"))
 	checkHolder(t, pgtest.Conn(t, ha.DirectDSN(), "chaos-ha"), "the primary", lead.BackendPID)
 
 	watch := watchStandby(pgtest.Conn(t, ha.StandbyDSN(), "chaos-ha-watch"))
@@ -327,7 +303,7 @@ func haFailover(t *testing.T, f *fleet, res *result) {
 	for _, r := range f.live {
 		seen[r] = len(r.lines())
 	}
-	from = h.mark()
+	from := h.mark()
 	t0 := time.Now()
 	if err := ha.StopServer(ctx, &ha.Primary, "fast"); err != nil {
 		t.Fatal(err)

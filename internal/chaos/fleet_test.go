@@ -213,8 +213,8 @@ type fleet struct {
 	flags []string
 	// witnessFlags are extra flags of every replica's witness.
 	witnessFlags []string
-	live  []*replica // running
-	all   []*replica // every replica it started
+	live         []*replica // running
+	all          []*replica // every replica it started
 }
 
 // newFleet returns an empty fleet whose replicas run with flags; they are
@@ -251,6 +251,21 @@ func (f *fleet) start(k kind, dsn string, ns *Netns) *replica {
 	f.live = append(f.live, r)
 	f.all = append(f.all, r)
 	return r
+}
+
+// startFive starts four replicas of kind k on dsn and one through the
+// transaction pooler at poolerDSN, and returns the first leader's start
+// once every replica has found its place.
+func (f *fleet) startFive(k kind, dsn, poolerDSN string) leasetest.Event {
+	f.t.Helper()
+	from := f.h.mark()
+	for range 4 {
+		f.start(k, dsn, nil)
+	}
+	f.start(pooled, poolerDSN, nil)
+	lead := f.h.await(f.t, from, hang, "a first leader", isStart)
+	f.settled(f.of(lead))
+	return lead
 }
 
 // of returns the live replica whose program ev comes from; it fails when
