@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -111,6 +112,7 @@ func TestDeadPeerTime(t *testing.T) {
 		cmd.Env = append(os.Environ(), holdEnv+"="+nsDSN, keepalivesEnv+"="+strings.Join([]string{
 			strconv.Itoa(int(c.idle.Seconds())), strconv.Itoa(int(c.interval.Seconds())), strconv.Itoa(c.count), strconv.FormatInt(c.userTimout.Milliseconds(), 10)}, ","))
 		cmd.Stderr = os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		in, err := cmd.StdinPipe()
 		if err != nil {
 			t.Fatal(err)

@@ -9,7 +9,9 @@
 // throughout. The witness proves that no two programs ever run at once; the
 // suite reports, per scenario, the faults injected, the overlaps seen (which
 // must be zero), the leads over an unsafe connection (zero) and the takeover
-// times.
+// times. TestDeadPeerTime measures when the server drops silent sessions
+// under a partition, against probe.DeadPeerTime; TestWitnessSeesOverlaps
+// shows that the witness does report an overlap when one happens.
 //
 // The tests are the suite; this file and netns.go hold what they need that
 // is not a test: setting up and tearing down the network namespace. `go test

@@ -239,6 +239,10 @@ func (f *fleet) start(k kind, dsn string, ns *Netns) *replica {
 		cmd = exec.Command(f.h.leasectl, args...)
 	}
 	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+dsn, "LEASECTL_KEYS="+f.h.keys)
+	// Should the test binary die without its cleanup (Ctrl-C: RunMain then
+	// stops only the lab), the replicas die with it, and their programs
+	// with them.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	r := &replica{name: fmt.Sprintf("%s-%d", k, len(f.all)+1), kind: k, cmd: cmd, log: &leasetest.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = r.log
 	if err := cmd.Start(); err != nil {
