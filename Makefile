@@ -1,4 +1,4 @@
-.PHONY: demo test build completions
+.PHONY: demo test build completions chaos
 
 demo:
 	./scripts/demo.sh
@@ -11,3 +11,9 @@ build:
 
 completions:
 	go generate ./cmd
+
+# The full fault suite (internal/chaos); `make test` and CI run its bounded
+# version. Needs root for the network partition.
+chaos:
+	bash -c '. scripts/lib.sh && ensure_deps'
+	go test ./internal/chaos -count=1 -v -timeout 60m -args -full

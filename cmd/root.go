@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -111,12 +112,26 @@ while they hold the lease.`,
 	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	_ = root.MarkPersistentFlagFilename("keys", "yaml", "yml")
 
-	root.AddCommand(newProbeCmd(app))
-	root.AddCommand(newLabCmd(app))
-	root.AddCommand(newWhoCmd(app))
-	root.AddCommand(newKeysCmd(app))
-	root.AddCommand(newFailoverCmd(app), newVerifyCmd(app))
-	root.AddCommand(newRunCmd(app))
+	// Groups, in the order an operator meets them, as gh and kubectl do.
+	groups := []struct {
+		group *cobra.Group
+		cmds  []*cobra.Command
+	}{
+		{&cobra.Group{ID: "check", Title: "Check a deployment:"}, []*cobra.Command{newProbeCmd(app), newWhoCmd(app), newVerifyCmd(app)}},
+		{&cobra.Group{ID: "act", Title: "Run and move leases:"}, []*cobra.Command{newRunCmd(app), newFailoverCmd(app)}},
+		{&cobra.Group{ID: "config", Title: "Keys and tools:"}, []*cobra.Command{newKeysCmd(app), newLabCmd(app)}},
+	}
+	for _, g := range groups {
+		root.AddGroup(g.group)
+		for _, c := range g.cmds {
+			c.GroupID = g.group.ID
+			root.AddCommand(c)
+		}
+	}
+	root.SetHelpCommandGroupID("config")
+	root.SetCompletionCommandGroupID("config")
+	root.Version = version()
+	root.SetVersionTemplate("leasectl {{.Version}}\n")
 	// Before the built-in commands are made: completion's scripts take
 	// their writer when it is created.
 	root.SetIn(app.IO.In)
@@ -245,4 +260,23 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// version is the module version leasectl was built from (set by go install
+// …@vX.Y.Z), with the VCS revision when the build recorded one.
+func version() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown)"
+	}
+	v := info.Main.Version
+	if v == "" {
+		v = "(devel)"
+	}
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " (" + s.Value[:12] + ")"
+		}
+	}
+	return v + " " + info.GoVersion
 }

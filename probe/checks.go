@@ -540,10 +540,14 @@ const (
 )
 
 // DeadPeerTime is how long the server keeps the session of a client that
-// vanished without a FIN (host death, partition), from tcp_keepalives_idle,
-// _interval, _count and tcp_user_timeout; zeros mean the OS defaults. With
-// tcp_user_timeout set, Linux drops the connection that long after the first
-// unanswered keepalive probe, if that is sooner.
+// vanished without a FIN (host death, partition), counted from the last
+// packet it received, from tcp_keepalives_idle, _interval, _count and
+// tcp_user_timeout; zeros mean the OS defaults. Linux probes after idle,
+// then every interval. Without tcp_user_timeout it drops the connection
+// when count probes went unanswered. With it, the count is ignored: at each
+// probe after the first it drops the connection once nothing has arrived for
+// tcp_user_timeout, so never before idle + interval (measured under a real
+// partition by internal/chaos's TestDeadPeerTime).
 func DeadPeerTime(idle, interval time.Duration, count int, userTimeout time.Duration) time.Duration {
 	if idle <= 0 {
 		idle = osKeepalivesIdle
@@ -554,11 +558,11 @@ func DeadPeerTime(idle, interval time.Duration, count int, userTimeout time.Dura
 	if count <= 0 {
 		count = osKeepalivesCount
 	}
-	probes := interval * time.Duration(count)
-	if userTimeout > 0 && userTimeout < probes {
-		probes = userTimeout
+	if userTimeout <= 0 {
+		return idle + interval*time.Duration(count)
 	}
-	return idle + probes
+	probes := max(1, (userTimeout-idle+interval-1)/interval) // ceil, at least the first probe
+	return idle + probes*interval
 }
 
 // checkDeadPeer judges the server's dead-peer detection against the lease:

@@ -38,8 +38,16 @@ func TestDeadPeerTime(t *testing.T) {
 	}{
 		{0, 0, 0, 0, 7200*time.Second + 9*75*time.Second},
 		{30 * time.Second, 10 * time.Second, 3, 0, 60 * time.Second},
-		{30 * time.Second, 10 * time.Second, 3, 5 * time.Second, 35 * time.Second},
-		{30 * time.Second, 10 * time.Second, 3, time.Hour, 60 * time.Second},
+		// With tcp_user_timeout the probe count is ignored: not before the
+		// first probe has gone unanswered, then once tcp_user_timeout has
+		// passed since the last packet, at the next probe.
+		{30 * time.Second, 10 * time.Second, 3, 5 * time.Second, 40 * time.Second},
+		{30 * time.Second, 10 * time.Second, 3, time.Hour, time.Hour},
+		{30 * time.Second, 10 * time.Second, 3, 55 * time.Second, 60 * time.Second},
+		// Measured under a real partition (internal/chaos TestDeadPeerTime).
+		{3 * time.Second, time.Second, 20, 10 * time.Second, 10 * time.Second},
+		{6 * time.Second, time.Second, 10, 3 * time.Second, 7 * time.Second},
+		{3 * time.Second, time.Second, 2, 10 * time.Second, 10 * time.Second},
 	}
 	for _, tc := range cases {
 		if got := DeadPeerTime(tc.idle, tc.interval, tc.count, tc.user); got != tc.want {
@@ -56,6 +64,12 @@ func TestCheckDeadPeer(t *testing.T) {
 	fast := serverSettings{KeepalivesIdle: 5 * time.Second, KeepalivesInterval: 2 * time.Second, KeepalivesCount: 3}
 	if c := checkDeadPeer(fast, hb, to, false); c.Status != Warn || !strings.Contains(c.Detail, "two workers") {
 		t.Errorf("detection faster than the lease notices: %+v", c)
+	}
+	// tcp_user_timeout shorter than the probes: the server gives up after
+	// 16 s, not 15 + 8 s, before the lease notices at 20 s.
+	early := serverSettings{KeepalivesIdle: 15 * time.Second, KeepalivesInterval: time.Second, KeepalivesCount: 10, UserTimeout: 8 * time.Second}
+	if c := checkDeadPeer(early, hb, to, false); c.Status != Warn || !strings.Contains(c.Detail, "two workers") {
+		t.Errorf("tcp_user_timeout ending the session before the lease notices: %+v", c)
 	}
 	good := serverSettings{KeepalivesIdle: 30 * time.Second, KeepalivesInterval: 10 * time.Second, KeepalivesCount: 3}
 	if c := checkDeadPeer(good, hb, to, false); c.Status != Pass {

@@ -1,5 +1,6 @@
 # Shared by scripts/demo.sh, scripts/test.sh and .ci/run: make sure Go,
-# PostgreSQL and PgBouncer are there, installing the Debian packages when not.
+# PostgreSQL and PgBouncer (and ip and nft for the fault suite) are there,
+# installing the Debian packages when not.
 
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
   export PATH="/usr/local/go/bin:$PATH"
@@ -11,6 +12,9 @@ need_packages() {
   command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
   command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
   command -v git >/dev/null 2>&1 || missing+=(git)
+  # The fault suite's network partition (internal/chaos): ip netns, veth, nft.
+  command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
+  command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
   echo "${missing[@]}"
 }
 

@@ -1,0 +1,507 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/benchutil"
+	"github.com/leasectl/leasectl/internal/leasetest"
+	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/locks"
+)
+
+// plan is how many faults of each kind a run injects, and with which
+// settings the partition runs.
+type plan struct {
+	kills, terminations, partitions int
+	restarts                        []string // pg_ctl stop modes
+	// partitionFlags are the heartbeat settings of every replica in the
+	// partition scenario, and partitionServerTimeout what leasectl makes of
+	// them: the server drops a silent client's session after
+	// heartbeat-interval + 2 × heartbeat-timeout + grace + 2 s (see
+	// cmd/run.go and lease.Config.ServerTimeout).
+	partitionFlags         []string
+	partitionSettings      string
+	partitionServerTimeout time.Duration
+}
+
+func currentPlan() plan {
+	if *full {
+		return plan{kills: 200, terminations: 50, partitions: 3, restarts: []string{"fast", "immediate", "fast"},
+			partitionSettings:      "defaults: heartbeat 15s/5s, grace 10s → server drops a silent session after 37s",
+			partitionServerTimeout: 37 * time.Second}
+	}
+	return plan{kills: 20, terminations: 10, partitions: 2, restarts: []string{"fast", "immediate"},
+		partitionFlags:         []string{"--heartbeat-interval", "1s", "--heartbeat-timeout", "1s", "--grace", "1s"},
+		partitionSettings:      "--heartbeat-interval 1s --heartbeat-timeout 1s --grace 1s → server drops a silent session after 6s",
+		partitionServerTimeout: 6 * time.Second}
+}
+
+// result is one scenario's line of the report.
+type result struct {
+	name      string
+	settings  string
+	faults    int
+	overlaps  int
+	unsafe    int // leads over the pooler, or on a standby
+	takeovers []time.Duration
+	notes     []string
+	failed    bool
+	// poolerLeads and poolerRefusals count the pooler replica's leads
+	// (part of unsafe) and refusals, for its own line of the report.
+	poolerLeads, poolerRefusals int
+}
+
+// TestFaults is the fault suite: see the package doc. Each scenario starts a
+// fresh fleet of five replicas of `leasectl run` (one through PgBouncer in
+// transaction mode), injects its faults, and requires that no two witnesses
+// ever ran at once, that the pooler replica never led, and that a takeover
+// follows every fault; takeover times are reported, not asserted.
+func TestFaults(t *testing.T) {
+	h := newHarness(t)
+	p := currentPlan()
+	var results []*result
+	scenario := func(name, settings string, flags []string, fn func(t *testing.T, f *fleet, res *result)) {
+		res := &result{name: name, settings: settings}
+		results = append(results, res)
+		t.Run(name, func(t *testing.T) {
+			from := h.mark()
+			var f *fleet
+			// Registered before the fleet's own cleanup, so that it runs
+			// after every replica has stopped.
+			t.Cleanup(func() {
+				if f != nil {
+					res.poolerLeads, res.poolerRefusals = f.checkPoolers()
+					res.unsafe += res.poolerLeads
+				}
+				settle()
+				res.overlaps = h.count(from, isOverlap)
+				if res.overlaps > 0 {
+					t.Errorf("%d overlap(s): two programs ran at once", res.overlaps)
+				}
+				res.failed = t.Failed()
+			})
+			f = h.newFleet(t, flags...)
+			fn(t, f, res)
+		})
+	}
+	const delay = "--takeover-delay"
+	scenario("SIGKILL of the leading leasectl", "defaults (heartbeat 15s/5s, grace 10s), no takeover delay", nil,
+		func(t *testing.T, f *fleet, res *result) { sigkills(t, f, res, p.kills) })
+	scenario("pg_terminate_backend of the leader's session", "defaults, --takeover-delay 1s (the witness stops in ms)", []string{delay, "1s"},
+		func(t *testing.T, f *fleet, res *result) { terminations(t, f, res, p.terminations) })
+	scenario("PostgreSQL restart ("+strings.Join(p.restarts, ", ")+")", "defaults, --takeover-delay 1s", []string{delay, "1s"},
+		func(t *testing.T, f *fleet, res *result) { restarts(t, f, res, p.restarts) })
+	scenario("network partition of the leader", p.partitionSettings, p.partitionFlags,
+		func(t *testing.T, f *fleet, res *result) { partitions(t, f, res, p) })
+	scenario("HA failover: primary stopped, standby promoted", "multi-host DSN with target_session_attrs=primary, --takeover-delay 1s", []string{delay, "1s"},
+		haFailover)
+
+	settle()
+	if n := h.count(0, isOverlap); n > 0 {
+		t.Errorf("%d overlap(s) in the whole suite", n)
+	}
+	t.Log("fault suite (" + map[bool]string{true: "full", false: "bounded"}[*full] + "):\n" + report(results))
+}
+
+// settle gives the listener time to read what the last witnesses wrote
+// before they exited, so that no overlap report is missed.
+func settle() { time.Sleep(200 * time.Millisecond) }
+
+// sigkills SIGKILLs the leading leasectl n times. With default settings the
+// key passes only once its program is gone too (Pdeathsig, and the lease
+// socket the program inherits), so no takeover delay is needed.
+func sigkills(t *testing.T, f *fleet, res *result, n int) {
+	h, dsn := f.h, testLab.DirectDSN()
+	lead := f.startFive(direct, dsn, testLab.PoolerDSN("transaction"))
+	for i := range n {
+		from := h.mark()
+		killed := time.Now()
+		f.kill(f.of(lead))
+		res.faults++
+		lead = h.await(t, from, hang, fmt.Sprintf("a takeover after SIGKILL %d of the leader", i+1), isStart)
+		res.takeovers = append(res.takeovers, lead.At.Sub(killed))
+		next := f.of(lead) // a live replica: not the killed one
+		f.start(direct, dsn, nil)
+		f.settled(next)
+	}
+}
+
+// terminations ends the leader's lease session n times, the way `leasectl
+// failover` does. The server releases the key as the backend exits, while
+// the old program may still be stopping: --takeover-delay covers its stop.
+func terminations(t *testing.T, f *fleet, res *result, n int) {
+	h, dsn := f.h, testLab.DirectDSN()
+	lead := f.startFive(direct, dsn, testLab.PoolerDSN("transaction"))
+	admin := pgtest.Conn(t, dsn, "chaos-admin")
+	var stepDowns []time.Duration
+	for i := range n {
+		pid, err := strconv.ParseUint(lead.BackendPID, 10, 32)
+		if err != nil {
+			t.Fatalf("witness %d: backend pid %q: %v", lead.PID, lead.BackendPID, err)
+		}
+		from := h.mark()
+		t0 := time.Now()
+		if err := leasetest.Terminate(context.Background(), admin, roleKey, uint32(pid)); err != nil {
+			t.Fatal(err)
+		}
+		res.faults++
+		term := h.await(t, from, hang, fmt.Sprintf("SIGTERM to the leader's program after termination %d", i+1), isTermOf(lead.PID))
+		stepDowns = append(stepDowns, term.At.Sub(t0))
+		lead = h.await(t, from, hang, fmt.Sprintf("a takeover after termination %d", i+1), isStart)
+		res.takeovers = append(res.takeovers, lead.At.Sub(t0))
+		f.settled(f.of(lead))
+	}
+	res.notes = append(res.notes, "step-down (terminate → the old program gets SIGTERM): "+spread(stepDowns)+"; takeovers include the 1 s takeover delay")
+}
+
+// restarts restarts the primary once per stop mode: every session ends,
+// the leader's program is stopped, and one replica leads once the server is
+// back.
+func restarts(t *testing.T, f *fleet, res *result, modes []string) {
+	h, dsn := f.h, testLab.DirectDSN()
+	lead := f.startFive(direct, dsn, testLab.PoolerDSN("transaction"))
+	var each []string
+	for _, mode := range modes {
+		from := h.mark()
+		t0 := time.Now()
+		if err := testLab.RestartPrimary(context.Background(), mode); err != nil {
+			t.Fatal(err)
+		}
+		down := time.Since(t0)
+		res.faults++
+		h.await(t, from, hang, "SIGTERM to the leader's program after a "+mode+" restart", isTermOf(lead.PID))
+		lead = h.await(t, from, hang, "a takeover after a "+mode+" restart", isStart)
+		res.takeovers = append(res.takeovers, lead.At.Sub(t0))
+		each = append(each, fmt.Sprintf("%s: restart %s, takeover %s", mode, fmtDur(down), fmtDur(lead.At.Sub(t0))))
+		f.settled(f.of(lead))
+	}
+	res.notes = append(res.notes, "takeovers count from the restart command (pg_ctl stop and start), then replicas reconnect with backoff (100 ms doubling, at most --retry-interval 5s) and wait the 1 s takeover delay: "+strings.Join(each, "; "))
+}
+
+// partitions makes the replica in the network namespace the leader and cuts
+// its path to PostgreSQL, p.partitions times. The leader must stop its
+// program before the server drops its silent session and hands the key on.
+func partitions(t *testing.T, f *fleet, res *result, p plan) {
+	h := f.h
+	ns, err := NewNetns()
+	if err != nil {
+		res.notes = append(res.notes, "not run: "+err.Error())
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.stopAll() // nothing may be left in the namespace
+		if err := ns.Close(); err != nil {
+			t.Errorf("remove the network namespace: %v", err)
+		}
+	})
+	listenOnVeth(t)
+	nsDSN := strings.Replace(testLab.DirectDSN(), "@127.0.0.1:", "@"+HostAddr+":", 1)
+	from := h.mark()
+	nsr := f.start(partitioned, nsDSN, ns)
+	f.start(pooled, testLab.PoolerDSN("transaction"), nil)
+	isNSStart := func(ev leasetest.Event) bool { return isStart(ev) && ev.PPID == nsr.pid() }
+	lead := h.await(t, from, hang, "the namespace's replica leads", isNSStart)
+	limit := hang + p.partitionServerTimeout
+	var stepDowns, margins []time.Duration
+	for i := range p.partitions {
+		if i > 0 {
+			// Hand the lease back to the namespace's replica: stop the
+			// others (the leader last, so that only it can take over).
+			from := h.mark()
+			f.stopWhere(func(r *replica) bool { return r.kind == direct })
+			lead = h.await(t, from, hang, "the namespace's replica leads again", isNSStart)
+		}
+		for range 3 {
+			f.start(direct, testLab.DirectDSN(), nil)
+		}
+		f.settled(nsr)
+
+		from := h.mark()
+		cut := time.Now()
+		if err := ns.Cut(); err != nil {
+			t.Fatal(err)
+		}
+		res.faults++
+		term := h.await(t, from, limit, fmt.Sprintf("SIGTERM to the partitioned leader's program (partition %d)", i+1), isTermOf(lead.PID))
+		next := h.await(t, from, limit, fmt.Sprintf("a takeover from the partitioned leader (partition %d)", i+1), isStart)
+		if err := ns.Heal(); err != nil {
+			t.Fatal(err)
+		}
+		if next.PPID == nsr.pid() {
+			t.Fatalf("the partitioned replica started a program during the partition: %+v", next)
+		}
+		stepDowns = append(stepDowns, term.At.Sub(cut))
+		res.takeovers = append(res.takeovers, next.At.Sub(cut))
+		margins = append(margins, next.At.Sub(term.At))
+		f.settled(f.of(next)) // the namespace's replica too: it reconnected and stands by
+		lead = next
+	}
+	res.notes = append(res.notes,
+		"the partitioned leader stopped its program "+spread(stepDowns)+" after the cut; the next program started "+spread(margins)+" after that (the server had dropped the silent session)")
+}
+
+// listenOnVeth makes the primary listen on the veth pair's host address too
+// (a restart), for as long as the test runs.
+func listenOnVeth(t *testing.T) {
+	t.Helper()
+	admin := pgtest.Conn(t, testLab.DirectDSN(), "chaos-admin")
+	pgtest.Exec(t, admin, "ALTER SYSTEM SET listen_addresses = '127.0.0.1,"+HostAddr+"'")
+	t.Cleanup(func() {
+		// Back to the lab's own setting, for the next restart.
+		cfg, err := dbconn.Parse(testLab.DirectDSN(), 10*time.Second)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		conn, err := dbconn.Connect(context.Background(), cfg)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "ALTER SYSTEM RESET listen_addresses"); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := testLab.RestartPrimary(context.Background(), "fast"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// haFailover stops the primary and promotes the standby of a lab of its
+// own (a promotion cannot be undone), with every replica that may lead on
+// the multi-host DSN: the leader's program is stopped, every replica drops
+// its session, none ever holds or waits for the key on the standby while it
+// is in recovery, and exactly one leads on the promoted server.
+func haFailover(t *testing.T, f *fleet, res *result) {
+	h, ctx := f.h, context.Background()
+	ha, err := lab.Start(ctx, lab.Options{Standby: true, Poolers: []lab.PoolerSpec{{Name: "transaction", Mode: lab.Transaction, PoolSize: 20}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		f.stopAll()
+		if err := ha.Stop(context.Background()); err != nil {
+			t.Errorf("stop the HA lab: %v", err)
+		}
+	})
+	lead := f.startFive(multiHost, ha.MultiHostDSN(), ha.PoolerDSN("transaction"))
+	checkHolder(t, pgtest.Conn(t, ha.DirectDSN(), "chaos-ha"), "the primary", lead.BackendPID)
+
+	watch := watchStandby(pgtest.Conn(t, ha.StandbyDSN(), "chaos-ha-watch"))
+	defer watch.stop()
+	seen := map[*replica]int{}
+	for _, r := range f.live {
+		seen[r] = len(r.lines())
+	}
+	from := h.mark()
+	t0 := time.Now()
+	if err := ha.StopServer(ctx, &ha.Primary, "fast"); err != nil {
+		t.Fatal(err)
+	}
+	res.faults++
+	h.await(t, from, hang, "SIGTERM to the leader's program when the primary stops", isTermOf(lead.PID))
+	for _, r := range f.live {
+		if r.kind == multiHost {
+			f.waitLine(r, seen[r], "that it dropped its session with the stopped primary", func(l logLine) bool { return l.State == "connecting" })
+		}
+	}
+	promoting := time.Now()
+	if err := ha.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	promotion := time.Since(promoting)
+	next := h.await(t, from, hang, "a leader on the promoted standby", isStart)
+	res.takeovers = append(res.takeovers, next.At.Sub(t0))
+	polls, violations, err := watch.stop()
+	if err != nil {
+		t.Errorf("watching the standby's pg_locks: %v", err)
+	}
+	res.unsafe += len(violations)
+	for _, v := range violations {
+		t.Error(v)
+	}
+	newLeader := f.of(next)
+	if newLeader.kind != multiHost {
+		t.Fatalf("%s led after the failover", newLeader.name)
+	}
+	checkHolder(t, pgtest.Conn(t, ha.StandbyDSN(), "chaos-ha"), "the promoted standby", next.BackendPID)
+	for _, r := range f.live {
+		if r.kind == multiHost {
+			f.waitLine(r, seen[r], "a connection to the promoted standby", func(l logLine) bool { return l.Msg == "connected" && l.Port == ha.Standby.Port })
+		}
+	}
+	f.settled(newLeader)
+	if n := h.count(from, isStart); n != 1 {
+		t.Errorf("%d programs started after the failover, want exactly 1", n)
+	}
+	res.notes = append(res.notes, fmt.Sprintf("takeover counts from stopping the primary; promotion took %s, the new leader's program started %s after it returned (reconnect backoff + 1 s takeover delay); the standby's pg_locks, polled %d times until then, never showed the key while in recovery",
+		fmtDur(promotion), fmtDur(next.At.Sub(promoting.Add(promotion))), polls))
+}
+
+// checkHolder fails unless backend pid backendPID holds the role's key on
+// conn's server.
+func checkHolder(t *testing.T, conn *pgx.Conn, where, backendPID string) {
+	t.Helper()
+	k := locks.BigintKey(roleKey)
+	snap, err := locks.Read(context.Background(), conn, locks.Filter{Keys: []locks.Key{k}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, ok := snap.Find(k).Holder()
+	if !ok || strconv.Itoa(int(holder.PID)) != backendPID {
+		t.Errorf("on %s the key is held by %+v (held: %v), want the leader's backend %s", where, holder, ok, backendPID)
+	}
+}
+
+// standbyWatch polls a standby's pg_locks for the role's key.
+type standbyWatch struct {
+	quit, done chan struct{}
+	once       sync.Once
+	polls      int
+	violations []string
+	err        error
+}
+
+// watchStandby polls conn's server until stop: a holder or waiter of the
+// role's key while the server is still in recovery (asked after reading
+// pg_locks, so the snapshot was taken in recovery) is a replica leading,
+// or about to lead, on a standby.
+func watchStandby(conn *pgx.Conn) *standbyWatch {
+	w := &standbyWatch{quit: make(chan struct{}), done: make(chan struct{})}
+	k := locks.BigintKey(roleKey)
+	go func() {
+		defer close(w.done)
+		for {
+			select {
+			case <-w.quit:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			snap, err := locks.Read(ctx, conn, locks.Filter{Keys: []locks.Key{k}})
+			var info dbconn.ServerInfo
+			if err == nil {
+				info, err = dbconn.Server(ctx, conn)
+			}
+			cancel()
+			if err != nil {
+				w.err = err
+				return
+			}
+			w.polls++
+			if l := snap.Find(k); info.InRecovery && (len(l.Holders) > 0 || len(l.Waiters) > 0) {
+				w.violations = append(w.violations, fmt.Sprintf("the standby's pg_locks shows the role's key while in recovery: holders %+v, waiters %+v", l.Holders, l.Waiters))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return w
+}
+
+// stop ends the polling and returns what it saw.
+func (w *standbyWatch) stop() (polls int, violations []string, err error) {
+	w.once.Do(func() { close(w.quit) })
+	<-w.done
+	return w.polls, w.violations, w.err
+}
+
+// ---- report ----
+
+// report renders the results as a Markdown table, the pooler's line and the
+// notes below it.
+func report(results []*result) string {
+	var b strings.Builder
+	b.WriteString("| scenario | faults | overlaps | unsafe leads | takeover median | takeover max | settings |\n|---|---|---|---|---|---|---|\n")
+	refusals, poolerLeads, scenarios := 0, 0, 0
+	for _, r := range results {
+		name := r.name
+		if r.failed {
+			name += " **(FAILED)**"
+		}
+		med, mx := "—", "—"
+		if len(r.takeovers) > 0 {
+			s := benchutil.Summarize(r.takeovers)
+			med, mx = fmtDur(s.Median), fmtDur(s.Max)
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %s | %s | %s |\n", name, r.faults, r.overlaps, r.unsafe, med, mx, r.settings)
+		refusals += r.poolerRefusals
+		poolerLeads += r.poolerLeads
+		if r.poolerRefusals > 0 {
+			scenarios++
+		}
+	}
+	fmt.Fprintf(&b, "| one replica through PgBouncer (transaction mode), in %d scenarios | %d refusals | — | %d | — | — | the probe refuses the DSN |\n", scenarios, refusals, poolerLeads)
+	for _, r := range results {
+		for _, n := range r.notes {
+			fmt.Fprintf(&b, "\n- %s: %s", r.name, n)
+		}
+	}
+	return b.String()
+}
+
+// spread renders the median and max of ds, or each of a few.
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "—"
+	}
+	if len(ds) <= 3 {
+		each := make([]string, len(ds))
+		for i, d := range ds {
+			each[i] = fmtDur(d)
+		}
+		return strings.Join(each, ", ")
+	}
+	s := benchutil.Summarize(ds)
+	return "median " + fmtDur(s.Median) + ", max " + fmtDur(s.Max)
+}
+
+func fmtDur(d time.Duration) string {
+	if d < time.Second {
+		return benchutil.Ms(d)
+	}
+	return fmt.Sprintf("%.2f s", d.Seconds())
+}
+
+// TestWitnessSeesOverlaps is the suite's control: with no takeover delay
+// and a program that ignores SIGTERM (killed only after --grace), ending
+// the leader's session lets the next replica start its program while the
+// old one still runs, and the witness must report it. Without this, zero
+// overlaps in TestFaults could mean a blind witness.
+func TestWitnessSeesOverlaps(t *testing.T) {
+	h := newHarness(t)
+	f := h.newFleet(t, "--grace", "3s")
+	f.witnessFlags = []string{"-ignore-term"}
+	from := h.mark()
+	for range 2 {
+		f.start(direct, testLab.DirectDSN(), nil)
+	}
+	lead := h.await(t, from, hang, "a first leader", isStart)
+	f.settled(f.of(lead))
+	pid, err := strconv.ParseUint(lead.BackendPID, 10, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	from = h.mark()
+	if err := leasetest.Terminate(context.Background(), pgtest.Conn(t, testLab.DirectDSN(), "chaos-admin"), roleKey, uint32(pid)); err != nil {
+		t.Fatal(err)
+	}
+	ev := h.await(t, from, hang, "an overlap report from the witness", isOverlap)
+	if ev.PPID == lead.PPID {
+		t.Errorf("the overlap was reported by the old leader's replica %d", ev.PPID)
+	}
+	// SIGKILL, not SIGTERM: the programs ignore SIGTERM, so stopping would
+	// end in SIGKILL after --grace and an exit status the fleet rejects.
+	for _, r := range append([]*replica(nil), f.live...) {
+		f.kill(r)
+	}
+}

@@ -1,0 +1,196 @@
+package chaos
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// The partition's addresses: the host end of the veth pair, where
+// PostgreSQL listens for the namespace, and the namespace's end.
+const (
+	HostAddr = "10.231.0.1"
+	NSAddr   = "10.231.0.2"
+	// HBA admits clients from the namespace (a pg_hba.conf line).
+	HBA = "host all all 10.231.0.0/24 scram-sha-256"
+)
+
+const (
+	nsPrefix  = "leasectl-chaos-"
+	vethPref  = "lcc" // + pid (+ "n" for the namespace's end): within IFNAMSIZ
+	nftTable  = "leasectl_chaos"
+	nftRules  = "table inet " + nftTable + " {\n  chain input { type filter hook input priority 0; policy accept; ip saddr " + HostAddr + " drop; }\n  chain output { type filter hook output priority 0; policy accept; ip daddr " + HostAddr + " drop; }\n}\n"
+	toolsHint = "install iproute2 and nftables (scripts/lib.sh installs them when missing)"
+)
+
+// Netns is a network namespace joined to this host by a veth pair, so that
+// a process in it reaches PostgreSQL at HostAddr over a path that Cut can
+// sever without touching anyone else's traffic. Its names carry this
+// process's pid, so that a run killed before its cleanup is recognised and
+// removed by the next one.
+type Netns struct {
+	// Name is the namespace, as `ip netns exec` takes it.
+	Name string
+	// HostIf and NSIf are the veth pair's ends.
+	HostIf, NSIf string
+	cut          bool
+}
+
+// NewNetns creates the namespace and the veth pair, with HostAddr on this
+// host's end and NSAddr on the namespace's. It needs root; it fails, saying
+// so, otherwise.
+func NewNetns() (n *Netns, err error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("a network partition needs root (network namespaces, veth pairs and nftables rules are privileged): run the suite as root, as CI does")
+	}
+	for _, name := range []string{"ip", "nft"} {
+		if tool(name) == name {
+			return nil, fmt.Errorf("%s not found: %s", name, toolsHint)
+		}
+	}
+	removeStale()
+	if inUse(HostAddr) {
+		return nil, fmt.Errorf("%s is already assigned on this host (another fault suite running? a leftover interface?): see `ip -br addr`", HostAddr)
+	}
+	pid := strconv.Itoa(os.Getpid())
+	n = &Netns{Name: nsPrefix + pid, HostIf: vethPref + pid, NSIf: vethPref + pid + "n"}
+	defer func() {
+		if err != nil {
+			_ = n.Close()
+			n = nil
+		}
+	}()
+	steps := [][]string{
+		{"ip", "netns", "add", n.Name},
+		{"ip", "link", "add", n.HostIf, "type", "veth", "peer", "name", n.NSIf, "netns", n.Name},
+		{"ip", "addr", "add", HostAddr + "/24", "dev", n.HostIf},
+		{"ip", "link", "set", n.HostIf, "up"},
+		{"ip", "-n", n.Name, "addr", "add", NSAddr + "/24", "dev", n.NSIf},
+		{"ip", "-n", n.Name, "link", "set", n.NSIf, "up"},
+		{"ip", "-n", n.Name, "link", "set", "lo", "up"},
+	}
+	for _, s := range steps {
+		if err := run(nil, s...); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// Command returns cmd prepared to run name inside the namespace. `ip netns
+// exec` execs name in place, so the process's pid is name's.
+func (n *Netns) Command(name string, args ...string) *exec.Cmd {
+	return exec.Command(tool("ip"), append([]string{"netns", "exec", n.Name, name}, args...)...)
+}
+
+// Cut drops every packet between the namespace and HostAddr, both ways,
+// with an nftables table inside the namespace: no FIN, no RST, nothing
+// reaches either side, as in a real partition.
+func (n *Netns) Cut() error {
+	if err := run([]byte(nftRules), "ip", "netns", "exec", n.Name, "nft", "-f", "-"); err != nil {
+		return err
+	}
+	n.cut = true
+	return nil
+}
+
+// Heal removes the drop rules of Cut; it does nothing when there are none.
+func (n *Netns) Heal() error {
+	if !n.cut {
+		return nil
+	}
+	if err := run(nil, "ip", "netns", "exec", n.Name, "nft", "delete", "table", "inet", nftTable); err != nil {
+		return err
+	}
+	n.cut = false
+	return nil
+}
+
+// Close heals the partition and removes the veth pair and the namespace.
+// Processes still inside the namespace must be gone first.
+func (n *Netns) Close() error {
+	return errors.Join(n.Heal(),
+		ignoreMissing(run(nil, "ip", "link", "del", n.HostIf)),
+		ignoreMissing(run(nil, "ip", "netns", "del", n.Name)))
+}
+
+// removeStale removes the namespaces and veth pairs of runs whose process
+// is gone (killed before their cleanup ran).
+func removeStale() {
+	out, err := exec.Command(tool("ip"), "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		pid, ok := strings.CutPrefix(name, nsPrefix)
+		if !ok {
+			continue
+		}
+		if p, err := strconv.Atoi(pid); err != nil || syscall.Kill(p, 0) == nil {
+			continue // not ours, or its run is alive
+		}
+		_ = run(nil, "ip", "link", "del", vethPref+pid)
+		_ = run(nil, "ip", "netns", "del", name)
+	}
+}
+
+func inUse(addr string) bool {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.String() == addr {
+			return true
+		}
+	}
+	return false
+}
+
+// tool returns the path of an administration program, which may live in
+// /usr/sbin or /sbin outside a non-root PATH; name itself when not found.
+func tool(name string) string {
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, dir := range []string{"/usr/sbin/", "/sbin/"} {
+		if _, err := os.Stat(dir + name); err == nil {
+			return dir + name
+		}
+	}
+	return name
+}
+
+// errMissing marks a failure to delete something that is not there.
+var errMissing = errors.New("not there")
+
+func ignoreMissing(err error) error {
+	if errors.Is(err, errMissing) {
+		return nil
+	}
+	return err
+}
+
+// run runs argv with stdin, returning its output in the error.
+func run(stdin []byte, argv ...string) error {
+	c := exec.Command(tool(argv[0]), argv[1:]...)
+	if stdin != nil {
+		c.Stdin = bytes.NewReader(stdin)
+	}
+	out, err := c.CombinedOutput()
+	if err == nil {
+		return nil
+	}
+	msg := strings.TrimSpace(string(out))
+	if strings.Contains(msg, "Cannot find device") || strings.Contains(msg, "No such file or directory") {
+		return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), errMissing, msg)
+	}
+	return fmt.Errorf("%s: %w: %s (%s)", strings.Join(argv, " "), err, msg, toolsHint)
+}
