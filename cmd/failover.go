@@ -91,6 +91,8 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 		key = locks.BigintKey(e.Key)
 	} else if _, numeric := locks.ParseAnyKey(opts.Role); numeric == nil {
 		return usageErrorf("%q is not a role of %s: to fail over a bare key, use --key %s", opts.Role, f.Path, opts.Role)
+	} else if meantAsKey(opts.Role) {
+		return usageErrorf("%q is not a role of %s, nor a valid key for --key: %v", opts.Role, f.Path, numeric)
 	} else {
 		return unknownRoleError(opts.Role, f)
 	}

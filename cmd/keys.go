@@ -299,6 +299,10 @@ func runKeysDiff(ctx context.Context, opts *keysDiffOptions) error {
 	var base *keys.File
 	if opts.BaseFile != "" {
 		base, err = keys.LoadBase(opts.BaseFile)
+		var missing *keys.NotFoundError
+		if errors.As(err, &missing) {
+			err = &InputError{Err: fmt.Errorf("--base-file %s not found: pass the path of the keys file to compare with (or --base REF to read it from git)", opts.BaseFile)}
+		}
 		res.Base = &diffBaseJSON{Source: "file", Path: opts.BaseFile}
 		res.baseLabel = opts.BaseFile
 	} else {

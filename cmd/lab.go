@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -108,6 +109,9 @@ func runLabUp(ctx context.Context, opts *labOptions) error {
 	var progress io.Writer = io.Discard
 	if !app.JSON() {
 		progress = app.IO.ErrOut
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return &InputError{Err: fmt.Errorf("cannot use --dir %s for the lab's state: %w; pass a directory you can write to", opts.Dir, err)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()

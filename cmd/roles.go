@@ -46,10 +46,20 @@ func roleOrKey(f *keys.File, arg string) (locks.Key, error) {
 		return locks.BigintKey(e.Key), nil
 	}
 	k, err := locks.ParseAnyKey(arg)
-	if err != nil {
+	switch {
+	case err != nil && meantAsKey(arg):
+		return locks.Key{}, usageErrorf("invalid KEY: %v", err)
+	case err != nil:
 		return locks.Key{}, unknownRoleError(arg, f)
 	}
 	return k, nil
+}
+
+// meantAsKey reports whether arg was meant as a numeric KEY rather than a
+// ROLE: role names start with a letter, so a digit or sign means a key (one
+// out of range, say), and "unknown role" would be the wrong complaint.
+func meantAsKey(arg string) bool {
+	return arg != "" && strings.ContainsRune("0123456789-+", rune(arg[0]))
 }
 
 func unknownRoleError(name string, f *keys.File) error {

@@ -52,9 +52,6 @@ func Execute(args []string) int {
 func Run(ctx context.Context, app *App, args []string) int {
 	root := NewRootCmd(app)
 	root.SetArgs(args)
-	root.SetIn(app.IO.In)
-	root.SetOut(app.IO.Out)
-	root.SetErr(app.IO.ErrOut)
 	c, err := root.ExecuteContextC(ctx)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown shorthand flag") ||
@@ -135,7 +132,43 @@ while they hold the lease.`,
 	root.SetCompletionCommandGroupID("config")
 	root.Version = version()
 	root.SetVersionTemplate("leasectl {{.Version}}\n")
+	// Before the built-in commands are made: completion's scripts take
+	// their writer when it is created.
+	root.SetIn(app.IO.In)
+	root.SetOut(app.IO.Out)
+	root.SetErr(app.IO.ErrOut)
+	strictBuiltins(root)
 	return root
+}
+
+// strictBuiltins makes cobra's own help and completion commands treat an
+// unknown topic or shell as the usage error it is (exit 2): by default
+// `leasectl help bogus` and `leasectl completion bogus` print help and exit 0,
+// which hides a typo in a script.
+func strictBuiltins(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			c.Args = func(c *cobra.Command, args []string) error {
+				if found, _, err := c.Root().Find(args); found == nil || err != nil {
+					return usageErrorf("unknown help topic %q: run leasectl --help for the commands", strings.Join(args, " "))
+				}
+				return nil
+			}
+		case "completion":
+			c.Args = func(c *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return usageErrorf("unknown shell %q for %q: use bash, zsh, fish or powershell", args[0], c.CommandPath())
+				}
+				return nil
+			}
+			c.RunE = func(c *cobra.Command, _ []string) error {
+				return usageErrorf("%q needs a shell: bash, zsh, fish or powershell", c.CommandPath())
+			}
+		}
+	}
 }
 
 // DSN returns the DSN to use and where it came from. arg is a DSN given as a

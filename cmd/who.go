@@ -94,18 +94,7 @@ type whoSelection struct {
 }
 
 func runWho(ctx context.Context, opts *whoOptions, watchGiven bool) error {
-	if err := opts.takeWatchInterval(watchGiven); err != nil {
-		return err
-	}
-	switch {
-	case opts.Stale <= 0:
-		return usageErrorf("invalid --stale %s: it must be positive, e.g. 45s", opts.Stale)
-	case opts.Check && opts.Watch > 0:
-		return usageErrorf("--check and --watch do not combine: --check is one verdict, --watch never ends")
-	case watchGiven && opts.Watch < 100*time.Millisecond:
-		return usageErrorf("invalid --watch %s: use an interval of at least 100ms, e.g. --watch=2s", opts.Watch)
-	}
-	sel, err := opts.selection()
+	sel, err := opts.parse(watchGiven)
 	if err != nil {
 		return err
 	}
@@ -128,6 +117,23 @@ func runWho(ctx context.Context, opts *whoOptions, watchGiven bool) error {
 		return view.checkError()
 	}
 	return nil
+}
+
+// parse checks the flags and resolves the arguments: what to show, before
+// anything connects.
+func (opts *whoOptions) parse(watchGiven bool) (whoSelection, error) {
+	if err := opts.takeWatchInterval(watchGiven); err != nil {
+		return whoSelection{}, err
+	}
+	switch {
+	case opts.Stale <= 0:
+		return whoSelection{}, usageErrorf("invalid --stale %s: it must be positive, e.g. 45s", opts.Stale)
+	case opts.Check && opts.Watch > 0:
+		return whoSelection{}, usageErrorf("--check and --watch do not combine: --check is one verdict, --watch never ends")
+	case watchGiven && opts.Watch < 100*time.Millisecond:
+		return whoSelection{}, usageErrorf("invalid --watch %s: use an interval of at least 100ms, e.g. --watch=2s", opts.Watch)
+	}
+	return opts.selection()
 }
 
 // takeWatchInterval lets `--watch 5s` mean `--watch=5s`: a flag with an

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,8 +50,16 @@ func (e *ConnectError) Unwrap() error { return e.Err }
 
 // IsAuth reports whether the server rejected the credentials.
 func (e *ConnectError) IsAuth() bool {
+	return isAuthError(e.Err)
+}
+
+// isAuthError reports a rejection of the credentials: SQLSTATE class 28
+// from PostgreSQL, or the protocol violation (08P01) "… authentication
+// failed" that PgBouncer sends for a wrong password.
+func isAuthError(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(e.Err, &pgErr) && strings.HasPrefix(pgErr.Code, "28")
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "28") ||
+		pgErr.Code == "08P01" && strings.Contains(pgErr.Message, "authentication failed"))
 }
 
 // Parse parses dsn like libpq does (URL or key=value, with PG* environment
@@ -107,10 +117,13 @@ func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
 	var pgErr *pgconn.PgError
 	var netErr net.Error
 	switch {
-	case errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "28"):
+	case isAuthError(err):
 		ce.hint = fmt.Sprintf("authentication failed for user %q: check the user and password in the DSN, PGPASSWORD or the pgpass file", cfg.User)
 	case errors.As(err, &pgErr) && pgErr.Code == "3D000":
 		ce.hint = "the database does not exist: check the dbname in the DSN"
+	case errors.As(err, &pgErr) && pgErr.Code == "42501":
+		ce.hint = fmt.Sprintf("role %q may not connect to database %q: GRANT CONNECT ON DATABASE %s TO %s, or use another dbname in the DSN",
+			cfg.User, cfg.Database, pgx.Identifier{cfg.Database}.Sanitize(), pgx.Identifier{cfg.User}.Sanitize())
 	case errors.As(err, &pgErr) && pgErr.Code == "53300":
 		ce.hint = "the server has no free connection slots: raise max_connections or close idle sessions"
 	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()):
@@ -121,6 +134,8 @@ func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
 		ce.hint = "the host name does not resolve: check --dsn"
 	case strings.Contains(err.Error(), "invalid body length") || strings.Contains(err.Error(), "unexpected message") || strings.Contains(err.Error(), "unknown message type"):
 		ce.hint = "whatever answers there does not speak the PostgreSQL protocol: check the host and port in --dsn"
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
+		ce.hint = "the connection was closed during the handshake: is a PostgreSQL server or pooler listening there? check the host and port in --dsn, and the server's log"
 	case strings.Contains(err.Error(), "no such file or directory"):
 		ce.hint = "no server socket at that path: is the server running? check host= in --dsn"
 	default:
@@ -147,7 +162,17 @@ func conciseCause(err error) string {
 		return opErr.Err.Error()
 	}
 	for {
-		inner := errors.Unwrap(err)
+		var inner error
+		switch e := err.(type) {
+		case interface{ Unwrap() error }:
+			inner = e.Unwrap()
+		case interface{ Unwrap() []error }:
+			// pgx joins the errors of each address it tried: the first one
+			// stands for them (Addr names every address).
+			if errs := e.Unwrap(); len(errs) > 0 {
+				inner = errs[0]
+			}
+		}
 		if inner == nil {
 			break
 		}
@@ -162,13 +187,31 @@ func conciseCause(err error) string {
 func parseReason(err error) string {
 	msg := err.Error()
 	if i := strings.LastIndex(msg, "`: "); i >= 0 {
-		return msg[i+3:]
+		msg = msg[i+3:]
+	} else {
+		var pce *pgconn.ParseConfigError
+		if !errors.As(err, &pce) || pce.Unwrap() == nil {
+			return "cannot parse"
+		}
+		msg = pce.Unwrap().Error()
 	}
-	var pce *pgconn.ParseConfigError
-	if errors.As(err, &pce) && pce.Unwrap() != nil {
-		return pce.Unwrap().Error()
-	}
-	return "cannot parse"
+	return withoutFragments(msg)
+}
+
+var (
+	kvNoEquals  = regexp.MustCompile(`missing "=" after ".*" in connection info string|invalid keyword/value`)
+	urlNoEquals = regexp.MustCompile(`(missing|extra) key/value separator "=" in URI query parameter: ".*"`)
+)
+
+// withoutFragments replaces the piece of the DSN that pgx quotes when a word
+// lacks its "=": that word is most often the tail of a password with a space
+// (key=value form) or an "&" (URL form) that was not quoted or escaped, so it
+// must not be shown. The replacement says how to write such a value.
+func withoutFragments(reason string) string {
+	reason = kvNoEquals.ReplaceAllLiteralString(reason,
+		`a word without "=" in key=value form (a value with spaces, a password say, must be quoted: password='two words')`)
+	return urlNoEquals.ReplaceAllString(reason,
+		`a query parameter with ${1} "=" (in a URL, escape "&" as %26 and "=" as %3D inside values such as the password)`)
 }
 
 var (

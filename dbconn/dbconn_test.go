@@ -48,6 +48,31 @@ func TestParseErrorsNeverShowThePassword(t *testing.T) {
 	}
 }
 
+// TestParseErrorsNeverShowPasswordFragments: a password with a space (in
+// key=value form) or an "&" (in a URL) that was not quoted or escaped splits
+// into words, and pgx quotes the word that lacks its "=". That word is the
+// password's tail: the error must say how to write the value, not show it.
+func TestParseErrorsNeverShowPasswordFragments(t *testing.T) {
+	for _, tc := range []struct{ dsn, want string }{
+		{"host=db password=hunter2 tail-Of-Secret port=5432", "must be quoted"},
+		{"host=db password=hunter2 tail-Of-Secret", "must be quoted"},
+		{"postgres://u@db/app?password=hunter2&tail-Of-Secret&sslmode=disable", `escape "&" as %26`},
+		{"postgres://u@db/app?password=hunter2&tail-Of-Secret=x=y", `escape "&" as %26`},
+	} {
+		_, err := Parse(tc.dsn, time.Second)
+		if err == nil {
+			t.Errorf("Parse(%q) accepted a malformed DSN", tc.dsn)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), "tail-Of-Secret") {
+			t.Errorf("Parse(%q) error shows the password: %v", tc.dsn, err)
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Parse(%q) error %q does not say %q", tc.dsn, err, tc.want)
+		}
+	}
+}
+
 func TestParseIsPoolerSafe(t *testing.T) {
 	cfg, err := Parse("postgres://u@h:1/d", 3*time.Second)
 	if err != nil {
@@ -71,17 +96,26 @@ func FuzzParse(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	const pw = "Zq9xPw7KkSecret"
+	// tail is the second half of a password that was not quoted (a space in
+	// key=value form) or escaped (an "&" in a URL): pgx takes it for a word
+	// of its own, but it is still the password.
+	const pw, tail = "Zq9xPw7KkSecret", "Tail0fSecretW9"
 	f.Fuzz(func(t *testing.T, s string) {
 		for _, dsn := range []string{
 			"postgres://u:" + pw + "@" + s,
 			"password=" + pw + " " + s,
 			s + " password=" + pw,
 			"postgres://" + s + "?password=" + pw,
+			"password=" + pw + " " + tail + " " + s,
+			"postgres://" + s + "?password=" + pw + "&" + tail,
+			"postgres://u@db/app?password=" + pw + "&" + tail + "&" + s,
 		} {
 			_, err := Parse(dsn, time.Second)
 			if err != nil && strings.Contains(err.Error(), pw) {
 				t.Fatalf("Parse(%q) error shows the password: %v", dsn, err)
+			}
+			if err != nil && strings.Contains(err.Error(), tail) && !strings.Contains(s, tail) {
+				t.Fatalf("Parse(%q) error shows the password's unquoted tail: %v", dsn, err)
 			}
 			if strings.Contains(Redact(dsn), pw) {
 				t.Fatalf("Redact(%q) = %q still shows the password", dsn, Redact(dsn))

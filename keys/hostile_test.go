@@ -2,21 +2,11 @@ package keys
 
 import (
 	"os"
-	"runtime"
 	"strings"
 	"testing"
-)
 
-// allocated returns how many bytes fn allocates. No other goroutine of this
-// package's tests runs meanwhile (none is parallel), so the figure is fn's.
-func allocated(fn func()) uint64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	fn()
-	runtime.ReadMemStats(&after)
-	return after.TotalAlloc - before.TotalAlloc
-}
+	"github.com/leasectl/leasectl/internal/memtest"
+)
 
 func wantRule(t *testing.T, err error, rule, text string) {
 	t.Helper()
@@ -37,7 +27,7 @@ func TestBillionLaughs(t *testing.T) {
 		t.Fatal(err)
 	}
 	var parseErr error
-	n := allocated(func() { _, parseErr = Parse("bomb.yaml", data) })
+	n := memtest.Allocated(func() { _, parseErr = Parse("bomb.yaml", data) })
 	wantRule(t, parseErr, RuleAlias, "anchors and aliases are not allowed")
 	if n > 1<<20 {
 		t.Errorf("parsing a %d-byte alias bomb allocated %d bytes: aliases are being expanded", len(data), n)
@@ -55,7 +45,7 @@ func TestAliasBombAtSizeLimit(t *testing.T) {
 	}
 	data := []byte(b.String())
 	var parseErr error
-	n := allocated(func() { _, parseErr = Parse("bomb.yaml", data) })
+	n := memtest.Allocated(func() { _, parseErr = Parse("bomb.yaml", data) })
 	wantRule(t, parseErr, RuleAlias, "alias *a")
 	if n > 200*uint64(len(data)) {
 		t.Errorf("a %d-byte file allocated %d bytes", len(data), n)

@@ -254,7 +254,7 @@ func poolerSpecs(opts Options) []PoolerSpec {
 // ErrNoLab when there is none.
 func Load(dir string) (*Lab, error) {
 	data, err := os.ReadFile(filepath.Join(dir, stateFile))
-	if errors.Is(err, fs.ErrNotExist) {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 		return nil, fmt.Errorf("%w: no %s in %s (start one with: leasectl lab up)", ErrNoLab, stateFile, dir)
 	}
 	if err != nil {
@@ -262,7 +262,9 @@ func Load(dir string) (*Lab, error) {
 	}
 	l := &Lab{}
 	if err := json.Unmarshal(data, l); err != nil {
-		return nil, fmt.Errorf("read %s: %w", filepath.Join(dir, stateFile), err)
+		// Not a lab's state: nothing here can be stopped or used.
+		return nil, fmt.Errorf("%w: %s is not a lab's state file (%v); pass the --dir of a lab, or remove the file and start one with: leasectl lab up",
+			ErrNoLab, filepath.Join(dir, stateFile), err)
 	}
 	l.log = io.Discard
 	if l.cred, _, err = serverCredential(); err != nil {

@@ -41,10 +41,17 @@ func (p *run) ident() string { return pgx.Identifier{p.table}.Sanitize() }
 // continuityFinish reads the backend pid again and the row back, each in its
 // own round trip, and judges the sequence of pids A's statements ran on. On
 // a read-only standby, where no temp table can be made, only the pids count.
-func (p *run) continuityFinish(ctx context.Context, c continuity, readOnly bool) Check {
-	standby := c.createErr != nil && readOnly && sqlState(c.createErr) == "25006"
+func (p *run) continuityFinish(ctx context.Context, c continuity, server dbconn.ServerInfo) Check {
+	standby := c.createErr != nil && server.InRecovery && sqlState(c.createErr) == "25006"
 	if c.createErr != nil && !standby {
-		return Check{CheckContinuity, Fail, "CREATE TEMP TABLE failed: " + p.explain(c.createErr)}
+		detail := "CREATE TEMP TABLE failed: " + p.explain(c.createErr)
+		if sqlState(c.createErr) == "42501" {
+			// Without the temp table the runbook's probe cannot run, so
+			// the DSN cannot be shown safe: say what would let it.
+			detail += fmt.Sprintf("; the probe needs a temp table: GRANT TEMPORARY ON DATABASE %s TO %s, or probe as a role that may create one",
+				pgx.Identifier{server.Database}.Sanitize(), pgx.Identifier{server.User}.Sanitize())
+		}
+		return Check{CheckContinuity, Fail, detail}
 	}
 	sctx, cancel := p.step(ctx)
 	var pid uint32

@@ -197,7 +197,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	cont := p.continuityStart(ctx)
 	p.contendersReady()
 	exclusion := p.exclusion(ctx)
-	rep.Checks = append(rep.Checks, p.continuityFinish(ctx, cont, info.InRecovery), exclusion)
+	rep.Checks = append(rep.Checks, p.continuityFinish(ctx, cont, info), exclusion)
 
 	// Every statement runs one at a time: concurrent statements through a
 	// pooler spread over backends, and cleanup must find them all again.
