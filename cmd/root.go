@@ -59,7 +59,9 @@ func Run(ctx context.Context, app *App, args []string) int {
 			err = &UsageError{Err: err}
 		}
 		var connErr *dbconn.ConnectError
-		if errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &connErr) && ctx.Err() == nil {
+		if errors.As(err, &connErr) && connErr.TimedOut() {
+			err = fmt.Errorf("%w; raise --timeout (now %s) if the network is slow", err, app.Global.Timeout)
+		} else if errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &connErr) && ctx.Err() == nil {
 			// Connected, then a statement got no answer in time.
 			err = fmt.Errorf("%w (no answer within --timeout %s: a pooler with no free server connection, or an overloaded server? raise --timeout)", err, app.Global.Timeout)
 		}
@@ -190,9 +192,25 @@ func (a *App) DSN(arg string) (dsn, source string) {
 
 // ConnConfig parses the DSN that [App.DSN] resolves, with --timeout.
 func (a *App) ConnConfig(arg string) (*pgx.ConnConfig, string, error) {
-	dsn, _ := a.DSN(arg)
+	dsn, source := a.DSN(arg)
 	cfg, err := dbconn.Parse(dsn, a.Global.Timeout)
-	return cfg, dsn, err
+	if err != nil {
+		return nil, dsn, fmt.Errorf("%w; the DSN came from %s", err, dsnSourceDesc(source))
+	}
+	return cfg, dsn, nil
+}
+
+func dsnSourceDesc(source string) string {
+	switch source {
+	case "argument":
+		return "the command line argument"
+	case "--dsn":
+		return "--dsn"
+	case "PG* environment":
+		return "libpq's PG* environment variables (no --dsn, LEASECTL_DSN or DATABASE_URL was set)"
+	default:
+		return "$" + source
+	}
 }
 
 // Connect opens one connection to the resolved DSN within --timeout.

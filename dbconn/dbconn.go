@@ -24,7 +24,7 @@ type DSNError struct {
 }
 
 func (e *DSNError) Error() string {
-	return "malformed DSN: " + e.Reason + " (expected postgres://user@host:port/dbname?param=value or key=value pairs; check --dsn, LEASECTL_DSN or DATABASE_URL)"
+	return "malformed DSN: " + e.Reason + " (expected postgres://user@host:port/dbname?param=value or key=value pairs)"
 }
 
 // ConnectError reports that the server could not be reached or refused the
@@ -47,6 +47,12 @@ func (e *ConnectError) Error() string {
 
 // Unwrap returns the underlying pgx or network error.
 func (e *ConnectError) Unwrap() error { return e.Err }
+
+// TimedOut reports whether the attempt ran out of time.
+func (e *ConnectError) TimedOut() bool {
+	var netErr net.Error
+	return errors.Is(e.Err, context.DeadlineExceeded) || (errors.As(e.Err, &netErr) && netErr.Timeout())
+}
 
 // IsAuth reports whether the server rejected the credentials.
 func (e *ConnectError) IsAuth() bool {
@@ -115,7 +121,6 @@ func Addrs(cfg *pgconn.Config) string {
 func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
 	ce := &ConnectError{Addr: Addrs(&cfg.Config), User: cfg.User, Err: err}
 	var pgErr *pgconn.PgError
-	var netErr net.Error
 	switch {
 	case isAuthError(err):
 		ce.hint = fmt.Sprintf("authentication failed for user %q: check the user and password in the DSN, PGPASSWORD or the pgpass file", cfg.User)
@@ -126,20 +131,20 @@ func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
 			cfg.User, cfg.Database, pgx.Identifier{cfg.Database}.Sanitize(), pgx.Identifier{cfg.User}.Sanitize())
 	case errors.As(err, &pgErr) && pgErr.Code == "53300":
 		ce.hint = "the server has no free connection slots: raise max_connections or close idle sessions"
-	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()):
-		ce.hint = "no answer in time: is the host reachable and the port right? raise --timeout if the network is slow"
+	case ce.TimedOut():
+		ce.hint = "no answer in time: is the host reachable and the port right?"
 	case strings.Contains(err.Error(), "connection refused"):
-		ce.hint = "is the server running? check the host and port in --dsn"
+		ce.hint = "is the server running? check the host and port in the DSN"
 	case strings.Contains(err.Error(), "no such host"):
-		ce.hint = "the host name does not resolve: check --dsn"
+		ce.hint = "the host name does not resolve: check the DSN"
 	case strings.Contains(err.Error(), "invalid body length") || strings.Contains(err.Error(), "unexpected message") || strings.Contains(err.Error(), "unknown message type"):
-		ce.hint = "whatever answers there does not speak the PostgreSQL protocol: check the host and port in --dsn"
+		ce.hint = "whatever answers there does not speak the PostgreSQL protocol: check the host and port in the DSN"
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
-		ce.hint = "the connection was closed during the handshake: is a PostgreSQL server or pooler listening there? check the host and port in --dsn, and the server's log"
+		ce.hint = "the connection was closed during the handshake: is a PostgreSQL server or pooler listening there? check the host and port in the DSN, and the server's log"
 	case strings.Contains(err.Error(), "no such file or directory"):
-		ce.hint = "no server socket at that path: is the server running? check host= in --dsn"
+		ce.hint = "no server socket at that path: is the server running? check host= in the DSN"
 	default:
-		ce.hint = "check --dsn and that the server is running"
+		ce.hint = "check the DSN and that the server is running"
 	}
 	return ce
 }

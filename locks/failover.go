@@ -91,7 +91,7 @@ func NewTarget(server dbconn.ServerInfo, lease Lease, now time.Time) (*Target, e
 	h, held := lease.Holder()
 	switch {
 	case server.InRecovery:
-		return nil, fmt.Errorf("refusing to fail over %s: %w, whose advisory locks are its own; terminating a backend there fences nothing on the primary (point --dsn at the primary)", name, ErrStandby)
+		return nil, fmt.Errorf("refusing to fail over %s: %w, whose advisory locks are its own; terminating a backend there fences nothing on the primary (point the DSN at the primary)", name, ErrStandby)
 	case !held:
 		return nil, fmt.Errorf("%w: nobody holds %s (key %s)", ErrNoHolder, name, lease.Key)
 	case len(lease.Holders) > 1:

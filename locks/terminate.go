@@ -166,7 +166,7 @@ func Terminate(ctx context.Context, q Querier, key Key, holder Session, timeout 
 	case err != nil:
 		return t, fmt.Errorf("terminate pid %d: %w", holder.PID, err)
 	case standby:
-		return t, fmt.Errorf("refusing to terminate pid %d: %w; terminating a backend there fences nothing on the primary (point --dsn at the primary)", holder.PID, ErrStandby)
+		return t, fmt.Errorf("refusing to terminate pid %d: %w; terminating a backend there fences nothing on the primary (point the DSN at the primary)", holder.PID, ErrStandby)
 	case own:
 		return t, fmt.Errorf("refusing to terminate pid %d: %w (a pooler lent it to leasectl); connect to the server directly, not through the pooler", holder.PID, ErrOwnSession)
 	case terminated == nil:

@@ -117,7 +117,7 @@ func Run(ctx context.Context, conn *pgx.Conn, o Options) (*Report, error) {
 		return nil, err
 	}
 	if server.InRecovery {
-		return nil, fmt.Errorf("refusing to verify: %w, whose advisory locks are its own and say nothing about the primary's leases (point --dsn at the primary)", locks.ErrStandby)
+		return nil, fmt.Errorf("refusing to verify: %w, whose advisory locks are its own and say nothing about the primary's leases (point the DSN at the primary)", locks.ErrStandby)
 	}
 	want := make([]locks.Key, len(o.Roles))
 	for i, r := range o.Roles {
