@@ -172,6 +172,9 @@ func (r *runner) connect(ctx context.Context) (*pgx.Conn, dbconn.ServerInfo, err
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatTimeout)
 	defer cancel()
 	if info, err = dbconn.Server(qctx, conn); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("%w (connected, but the first statement got no answer within the heartbeat timeout %s: a pooler with no free server connection, or an overloaded server?)", err, r.cfg.HeartbeatTimeout)
+		}
 		return fail(err)
 	}
 	r.log.Info("connected", "backend_pid", info.BackendPID, "server", info.Addr, "port", info.Port, "version", info.VersionNum)
