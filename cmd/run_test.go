@@ -37,14 +37,7 @@ var (
 func runBinaries(t *testing.T) (leasectl, witness string) {
 	t.Helper()
 	runBinOnce.Do(func() {
-		dir := filepath.Join(testLab.Dir, "run-bin")
-		if runBinErr = os.MkdirAll(dir, 0o755); runBinErr != nil {
-			return
-		}
-		if leasectlBin, runBinErr = leasetest.GoBuild(dir, "leasectl", "github.com/leasectl/leasectl"); runBinErr != nil {
-			return
-		}
-		witnessBin, runBinErr = leasetest.Build(dir)
+		leasectlBin, witnessBin, runBinErr = leasetest.BuildAll(filepath.Join(testLab.Dir, "run-bin"))
 	})
 	if runBinErr != nil {
 		t.Fatal(runBinErr)

@@ -59,14 +59,8 @@ var (
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir := filepath.Join(testLab.Dir, "chaos-bin") // removed with the lab
-		if buildErr = os.MkdirAll(dir, 0o755); buildErr != nil {
-			return
-		}
-		if leasectlBin, buildErr = leasetest.GoBuild(dir, "leasectl", "github.com/leasectl/leasectl"); buildErr != nil {
-			return
-		}
-		witnessBin, buildErr = leasetest.Build(dir)
+		// Into the lab's directory: removed with the lab.
+		leasectlBin, witnessBin, buildErr = leasetest.BuildAll(filepath.Join(testLab.Dir, "chaos-bin"))
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

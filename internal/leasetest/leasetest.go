@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -49,6 +50,18 @@ type Event struct {
 // Build compiles the witness program into dir and returns its path.
 func Build(dir string) (string, error) {
 	return GoBuild(dir, "witness", "github.com/leasectl/leasectl/internal/leasetest/witness")
+}
+
+// BuildAll compiles leasectl and the witness program into dir, creating it.
+func BuildAll(dir string) (leasectl, witness string, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", err
+	}
+	if leasectl, err = GoBuild(dir, "leasectl", "github.com/leasectl/leasectl"); err != nil {
+		return "", "", err
+	}
+	witness, err = Build(dir)
+	return leasectl, witness, err
 }
 
 // GoBuild compiles the main package pkg into dir/name and returns its path.
