@@ -417,8 +417,8 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView) error {
 			paint(st.Warn, "prepared:"))
 	}
 	if anyHidden {
-		fmt.Fprintf(&foot, "\n%s role %s may not read other roles' sessions, so their client, start and state are withheld (and staleness unknown); to reveal them: GRANT pg_read_all_stats TO %s;\n",
-			paint(st.Warn, "hidden:"), v.server.User, quoteIdent(v.server.User))
+		fmt.Fprintf(&foot, "\n%s role %s may not read other roles' sessions, so their client, start and state are withheld (and staleness unknown); to reveal them: %s;\n",
+			paint(st.Warn, "hidden:"), v.server.User, locks.RevealGrant(v.server.User))
 	}
 	_, err := io.WriteString(w, foot.String())
 	return err
@@ -481,16 +481,6 @@ func shortVersion(v string) string {
 		return v[:i]
 	}
 	return v
-}
-
-// quoteIdent quotes a role name for the GRANT hint when it needs quoting.
-func quoteIdent(s string) string {
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
-			return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
-		}
-	}
-	return s
 }
 
 // fmtAge renders a duration the way `who` shows ages: 3s, 2m05s, 1h02m,
@@ -582,7 +572,7 @@ func whoJSONOf(v *whoView) whoJSON {
 		out.Leases = append(out.Leases, lj)
 	}
 	if locks.AnyHidden(v.leases) {
-		grant := "GRANT pg_read_all_stats TO " + quoteIdent(v.server.User)
+		grant := locks.RevealGrant(v.server.User)
 		out.Hidden, out.RevealGrant = true, &grant
 	}
 	return out

@@ -468,3 +468,20 @@ func AnyHidden(leases []Lease) bool {
 	}
 	return false
 }
+
+// RevealGrant is the statement that lets role see other roles' sessions,
+// whose details the server withholds otherwise (see Session.Hidden).
+func RevealGrant(role string) string {
+	return "GRANT pg_read_all_stats TO " + quoteRole(role)
+}
+
+// quoteRole quotes a role name for a statement shown to the user, only when
+// it needs quoting, so the common case reads as typed.
+func quoteRole(s string) string {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
+			return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+		}
+	}
+	return s
+}
