@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/lease"
+	"github.com/leasectl/leasectl/timing"
 	"github.com/spf13/cobra"
 )
 
@@ -158,7 +159,7 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		HeartbeatInterval: opts.HeartbeatInterval,
 		HeartbeatTimeout:  opts.HeartbeatTimeout,
 		// The program's stop takes up to --grace, then SIGKILL and reaping.
-		StopTimeout:   opts.Grace + 2*time.Second,
+		StopTimeout:   timing.CommandStop(opts.Grace),
 		TakeoverDelay: opts.TakeoverDelay,
 		Logger:        logger,
 		OnStateChange: metrics.change,

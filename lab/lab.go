@@ -75,7 +75,7 @@ type Options struct {
 	// win over the lab's own (listen_addresses, for example).
 	Settings map[string]string
 	// HBA are extra pg_hba.conf lines for primary and standby, e.g. to admit
-	// clients from a network namespace: "host all all 10.231.0.0/24 scram-sha-256".
+	// clients from a network namespace: "host all all 10.0.0.0/8 scram-sha-256".
 	HBA []string
 	// Log receives one line per step; nil discards them.
 	Log io.Writer

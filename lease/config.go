@@ -11,14 +11,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/timing"
 )
 
-// Defaults of [Config].
+// Defaults of [Config]; the timing ones come from package timing.
 const (
 	DefaultRetryInterval     = 5 * time.Second
-	DefaultHeartbeatInterval = 15 * time.Second
-	DefaultHeartbeatTimeout  = 5 * time.Second
-	DefaultStopTimeout       = 10 * time.Second
+	DefaultHeartbeatInterval = timing.DefaultHeartbeatInterval
+	DefaultHeartbeatTimeout  = timing.DefaultHeartbeatTimeout
+	DefaultStopTimeout       = timing.DefaultStopTimeout
 )
 
 // Config configures [Run]. Only Key and a database (DSN or ConnConfig) are
@@ -56,8 +57,8 @@ type Config struct {
 	// ServerTimeout is how long the server keeps the session of a client it
 	// cannot reach, and with it the key (tcp_user_timeout and keepalives of
 	// the session). It must exceed HeartbeatInterval + HeartbeatTimeout +
-	// StopTimeout. Default HeartbeatInterval + 2 × HeartbeatTimeout +
-	// StopTimeout (35 s with the other defaults).
+	// StopTimeout (timing.Lease.Stopped). Default HeartbeatInterval + 2 ×
+	// HeartbeatTimeout + StopTimeout (35 s with the other defaults).
 	ServerTimeout time.Duration
 	// TakeoverDelay is how long a new leader holds the key before it starts
 	// work. Zero (the default) starts at once. After the server itself ends
@@ -120,13 +121,13 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	if c.ServerTimeout == 0 {
-		c.ServerTimeout = c.HeartbeatInterval + 2*c.HeartbeatTimeout + c.StopTimeout
+		c.ServerTimeout = c.timing().DefaultServerTimeout()
 	}
 	if c.TakeoverDelay < 0 {
 		return c, &ConfigError{"TakeoverDelay", "it is negative"}
 	}
-	if min := c.HeartbeatInterval + c.HeartbeatTimeout + c.StopTimeout; c.ServerTimeout <= min {
-		return c, &ConfigError{"ServerTimeout", fmt.Sprintf("%s must exceed HeartbeatInterval + HeartbeatTimeout + StopTimeout = %s, or the server could hand the key to another replica before this one has stopped its work", c.ServerTimeout, min)}
+	if err := c.timing().CheckServerTimeout(c.ServerTimeout); err != nil {
+		return c, &ConfigError{"ServerTimeout", err.Error()}
 	}
 	if c.ConnConfig == nil {
 		cfg, err := dbconn.Parse(c.DSN, 0)
@@ -137,12 +138,17 @@ func (c Config) withDefaults() (Config, error) {
 	} else {
 		c.ConnConfig = c.ConnConfig.Copy()
 	}
-	c.ConnConfig.DialFunc = dialer(c.HeartbeatInterval, c.HeartbeatTimeout)
+	c.ConnConfig.DialFunc = dialer(c.timing().ClientTCP())
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if c.Preflight == nil {
-		c.Preflight = defaultPreflight(c.HeartbeatInterval, c.HeartbeatTimeout)
+		c.Preflight = defaultPreflight(c.timing())
 	}
 	return c, nil
+}
+
+// timing is the lease's timing model.
+func (c Config) timing() timing.Lease {
+	return timing.Lease{HeartbeatInterval: c.HeartbeatInterval, HeartbeatTimeout: c.HeartbeatTimeout, StopTimeout: c.StopTimeout}
 }

@@ -189,7 +189,7 @@ func (r *runner) connect(ctx context.Context) (*pgx.Conn, dbconn.ServerInfo, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatTimeout)
 	defer cancel()
-	if err := setupSession(sctx, conn, info.VersionNum, r.cfg.HeartbeatInterval, r.cfg.HeartbeatTimeout, r.cfg.ServerTimeout); err != nil {
+	if err := setupSession(sctx, conn, info.VersionNum, r.cfg.timing().ServerTCP(r.cfg.ServerTimeout)); err != nil {
 		return fail(err)
 	}
 	r.heartbeat()

@@ -4,11 +4,11 @@ import (
 	"context"
 	"math/rand/v2"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
+	"github.com/leasectl/leasectl/timing"
 )
 
 // ProbeError is the default preflight's refusal: the session-stability
@@ -27,15 +27,15 @@ func (e *ProbeError) Error() string {
 
 // defaultPreflight runs the session-stability probe (package probe) with
 // the lease's heartbeat settings, and refuses unless its verdict is Stable.
-func defaultPreflight(heartbeatInterval, heartbeatTimeout time.Duration) func(context.Context, *pgx.ConnConfig) error {
+func defaultPreflight(t timing.Lease) func(context.Context, *pgx.ConnConfig) error {
 	key := probeKey()
 	return func(ctx context.Context, cfg *pgx.ConnConfig) error {
 		rep, err := probe.Run(ctx, probe.Options{
 			ConnConfig:        cfg,
 			Key:               key,
-			Timeout:           heartbeatTimeout,
-			HeartbeatInterval: heartbeatInterval,
-			HeartbeatTimeout:  heartbeatTimeout,
+			Timeout:           t.HeartbeatTimeout,
+			HeartbeatInterval: t.HeartbeatInterval,
+			HeartbeatTimeout:  t.HeartbeatTimeout,
 		})
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/leasectl/leasectl/timing"
 	"golang.org/x/sys/unix"
 )
 
@@ -76,16 +77,15 @@ func (s *Session) DupSocket() (*os.File, error) {
 }
 
 // dialer returns pgx's DialFunc for lease connections: TCP keepalives and
-// TCP_USER_TIMEOUT so that this side notices a dead network by itself too.
-// Client-side settings can only make the leader step down sooner, never
-// later, so they are safe whatever their values.
-func dialer(heartbeatInterval, heartbeatTimeout time.Duration) pgconn.DialFunc {
+// TCP_USER_TIMEOUT from tcp (timing.Lease.ClientTCP), so that this side
+// notices a dead network by itself too.
+func dialer(tcp timing.TCP) pgconn.DialFunc {
 	d := &net.Dialer{
 		KeepAliveConfig: net.KeepAliveConfig{
 			Enable:   true,
-			Idle:     heartbeatInterval,
-			Interval: max(time.Second, heartbeatTimeout/3),
-			Count:    3,
+			Idle:     tcp.Idle,
+			Interval: tcp.Interval,
+			Count:    tcp.Count,
 		},
 		Control: func(network, _ string, c syscall.RawConn) error {
 			if !strings.HasPrefix(network, "tcp") {
@@ -93,7 +93,7 @@ func dialer(heartbeatInterval, heartbeatTimeout time.Duration) pgconn.DialFunc {
 			}
 			var serr error
 			err := c.Control(func(fd uintptr) {
-				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(heartbeatTimeout.Milliseconds()))
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(tcp.UserTimeout.Milliseconds()))
 			})
 			return errors.Join(err, serr)
 		},
@@ -116,24 +116,19 @@ const (
        set_config('idle_session_timeout', '0', false)`
 )
 
-// setupSession applies the lease settings to the session. It runs only after
-// the preflight passed: through a transaction pooler, session settings would
-// leak to other clients.
-func setupSession(ctx context.Context, conn *pgx.Conn, serverVersion int, heartbeatInterval, heartbeatTimeout, serverTimeout time.Duration) error {
-	// Probes start once the session has been silent for longer than a
-	// leader ever is (it heartbeats every heartbeatInterval), one a second;
-	// tcp_user_timeout ends the session at serverTimeout after the last
-	// answer. tcp_keepalives_count gives the same for kernels without
-	// TCP_USER_TIMEOUT.
-	idle := int(math.Ceil((heartbeatInterval + heartbeatTimeout).Seconds()))
-	count := max(1, int(math.Ceil(serverTimeout.Seconds()))-idle)
+// setupSession applies the lease settings (timing.Lease.ServerTCP) to the
+// session. It runs only after the preflight passed: through a transaction
+// pooler, session settings would leak to other clients.
+func setupSession(ctx context.Context, conn *pgx.Conn, serverVersion int, tcp timing.TCP) error {
 	sql := setupSQL
 	if serverVersion >= 140000 {
 		sql = setupSQL14
 	}
-	_, err := conn.Exec(ctx, sql, strconv.Itoa(idle), "1", strconv.Itoa(count), strconv.FormatInt(serverTimeout.Milliseconds(), 10))
+	_, err := conn.Exec(ctx, sql, secs(tcp.Idle), secs(tcp.Interval), strconv.Itoa(tcp.Count), strconv.FormatInt(tcp.UserTimeout.Milliseconds(), 10))
 	if err != nil {
 		return fmt.Errorf("set the lease session's timeouts: %w", err)
 	}
 	return nil
 }
+
+func secs(d time.Duration) string { return strconv.Itoa(int(math.Ceil(d.Seconds()))) }

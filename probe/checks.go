@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/timing"
 )
 
 // ---- session continuity (the runbook's probe) ----
@@ -532,56 +533,28 @@ func checkIdleSessionTimeout(timeout, heartbeat time.Duration) Check {
 	}
 }
 
-// Linux defaults for a socket whose keepalive settings are 0.
-const (
-	osKeepalivesIdle     = 7200 * time.Second
-	osKeepalivesInterval = 75 * time.Second
-	osKeepalivesCount    = 9
-)
-
-// DeadPeerTime is how long the server keeps the session of a client that
-// vanished without a FIN (host death, partition), counted from the last
-// packet it received, from tcp_keepalives_idle, _interval, _count and
-// tcp_user_timeout; zeros mean the OS defaults. Linux probes after idle,
-// then every interval. Without tcp_user_timeout it drops the connection
-// when count probes went unanswered. With it, the count is ignored: at each
-// probe after the first it drops the connection once nothing has arrived for
-// tcp_user_timeout, so never before idle + interval (measured under a real
-// partition by internal/chaos's TestDeadPeerTime).
-func DeadPeerTime(idle, interval time.Duration, count int, userTimeout time.Duration) time.Duration {
-	if idle <= 0 {
-		idle = osKeepalivesIdle
-	}
-	if interval <= 0 {
-		interval = osKeepalivesInterval
-	}
-	if count <= 0 {
-		count = osKeepalivesCount
-	}
-	if userTimeout <= 0 {
-		return idle + interval*time.Duration(count)
-	}
-	probes := max(1, (userTimeout-idle+interval-1)/interval) // ceil, at least the first probe
-	return idle + probes*interval
-}
-
-// checkDeadPeer judges the server's dead-peer detection against the lease:
-// the safety rule is that a leader notices its lost session (within
-// heartbeat + timeout) before the server hands its key to someone else.
+// checkDeadPeer judges the server's dead-peer detection against the lease
+// (package timing): a leader notices its lost session within heartbeat +
+// timeout, and the server must not hand its key to someone else before, on
+// either path (nothing in flight at the cut, or a reply in flight).
 func checkDeadPeer(s serverSettings, heartbeat, hbTimeout time.Duration, socket bool) Check {
 	if socket {
 		return Check{CheckDeadPeer, Pass, "unix socket: no network between client and server, a dead client is noticed at once"}
 	}
-	d := DeadPeerTime(s.KeepalivesIdle, s.KeepalivesInterval, s.KeepalivesCount, s.UserTimeout)
-	notice := heartbeat + hbTimeout
-	settings := fmt.Sprintf("tcp_keepalives_idle=%s, interval=%s, count=%d, tcp_user_timeout=%s", s.KeepalivesIdle, s.KeepalivesInterval, s.KeepalivesCount, s.UserTimeout)
+	tcp := timing.TCP{Idle: s.KeepalivesIdle, Interval: s.KeepalivesInterval, Count: s.KeepalivesCount, UserTimeout: s.UserTimeout}
+	earliest, latest := tcp.Earliest(), tcp.Latest()
+	notice := timing.Lease{HeartbeatInterval: heartbeat, HeartbeatTimeout: hbTimeout}.Notice()
 	switch {
-	case d <= notice:
-		return Check{CheckDeadPeer, Warn, fmt.Sprintf("the server drops a silent client after ≈%s (%s), before a lease with heartbeat %s and timeout %s notices: after a partition two workers could run at once; keep heartbeat + timeout below %s (leasectl's lease sets safe keepalives per session)", d, settings, heartbeat, hbTimeout, d)}
-	case d > 10*time.Minute:
-		return Check{CheckDeadPeer, Warn, fmt.Sprintf("a partitioned or dead leader keeps its lock for ≈%s (%s): set tcp_keepalives_idle=30, tcp_keepalives_interval=10, tcp_keepalives_count=3 for the lease role (≈60 s; leasectl's lease sets this per session)", humanDuration(d), settings)}
+	case earliest <= notice:
+		how := "with nothing in flight"
+		if tcp.InFlight() < tcp.Silent() {
+			how = "when a reply is in flight at the cut (tcp_user_timeout)"
+		}
+		return Check{CheckDeadPeer, Warn, fmt.Sprintf("the server can drop a silent client after ≈%s %s (%s), before a lease with heartbeat %s and timeout %s notices: after a partition two workers could run at once; keep heartbeat + timeout below %s (leasectl's lease sets safe keepalives per session)", earliest, how, tcp, heartbeat, hbTimeout, earliest)}
+	case latest > 10*time.Minute:
+		return Check{CheckDeadPeer, Warn, fmt.Sprintf("a partitioned or dead leader can keep its lock for ≈%s (%s): set tcp_keepalives_idle=30, tcp_keepalives_interval=10, tcp_keepalives_count=3 and tcp_user_timeout=60000 for the lease role (≈60 s; leasectl's lease sets this per session)", humanDuration(latest), tcp)}
 	default:
-		return Check{CheckDeadPeer, Pass, fmt.Sprintf("a dead client's lock is released after ≈%s (%s), after a lease notices the loss (≤ %s)", d, settings, notice)}
+		return Check{CheckDeadPeer, Pass, fmt.Sprintf("a dead client's lock is released after ≈%s to %s (%s), after a lease notices the loss (≤ %s)", earliest, latest, tcp, notice)}
 	}
 }
 

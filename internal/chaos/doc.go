@@ -10,7 +10,7 @@
 // suite reports, per scenario, the faults injected, the overlaps seen (which
 // must be zero), the leads over an unsafe connection (zero) and the takeover
 // times. TestDeadPeerTime measures when the server drops silent sessions
-// under a partition, against probe.DeadPeerTime; TestWitnessSeesOverlaps
+// under a partition, on both paths of the timing model (package timing); TestWitnessSeesOverlaps
 // shows that the witness does report an overlap when one happens.
 //
 // The tests are the suite; this file and netns.go hold what they need that

@@ -203,8 +203,8 @@ func partitions(t *testing.T, f *fleet, res *result, p plan) {
 			t.Errorf("remove the network namespace: %v", err)
 		}
 	})
-	listenOnVeth(t)
-	nsDSN := strings.Replace(testLab.DirectDSN(), "@127.0.0.1:", "@"+HostAddr+":", 1)
+	listenOnVeth(t, ns)
+	nsDSN := ns.DSN(testLab.DirectDSN())
 	from := h.mark()
 	nsr := f.start(partitioned, nsDSN, ns)
 	f.start(pooled, testLab.PoolerDSN("transaction"), nil)
@@ -251,10 +251,10 @@ func partitions(t *testing.T, f *fleet, res *result, p plan) {
 
 // listenOnVeth makes the primary listen on the veth pair's host address too
 // (a restart), for as long as the test runs.
-func listenOnVeth(t *testing.T) {
+func listenOnVeth(t *testing.T, ns *Netns) {
 	t.Helper()
 	admin := pgtest.Conn(t, testLab.DirectDSN(), "chaos-admin")
-	pgtest.Exec(t, admin, "ALTER SYSTEM SET listen_addresses = '127.0.0.1,"+HostAddr+"'")
+	pgtest.Exec(t, admin, "ALTER SYSTEM SET listen_addresses = '127.0.0.1,"+ns.HostAddr+"'")
 	t.Cleanup(func() {
 		// Back to the lab's own setting, for the next restart.
 		cfg, err := dbconn.Parse(testLab.DirectDSN(), 10*time.Second)

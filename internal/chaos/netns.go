@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -12,20 +13,14 @@ import (
 	"syscall"
 )
 
-// The partition's addresses: the host end of the veth pair, where
-// PostgreSQL listens for the namespace, and the namespace's end.
-const (
-	HostAddr = "10.231.0.1"
-	NSAddr   = "10.231.0.2"
-	// HBA admits clients from the namespace (a pg_hba.conf line).
-	HBA = "host all all 10.231.0.0/24 scram-sha-256"
-)
+// HBA admits clients from any namespace's subnet (a pg_hba.conf line):
+// every Netns picks a /24 of its own inside 10.0.0.0/8.
+const HBA = "host all all 10.0.0.0/8 scram-sha-256"
 
 const (
 	nsPrefix  = "leasectl-chaos-"
 	vethPref  = "lcc" // + pid (+ "n" for the namespace's end): within IFNAMSIZ
 	nftTable  = "leasectl_chaos"
-	nftRules  = "table inet " + nftTable + " {\n  chain input { type filter hook input priority 0; policy accept; ip saddr " + HostAddr + " drop; }\n  chain output { type filter hook output priority 0; policy accept; ip daddr " + HostAddr + " drop; }\n}\n"
 	toolsHint = "install iproute2 and nftables (scripts/lib.sh installs them when missing)"
 )
 
@@ -39,7 +34,12 @@ type Netns struct {
 	Name string
 	// HostIf and NSIf are the veth pair's ends.
 	HostIf, NSIf string
-	cut          bool
+	// HostAddr is the host's end of the pair, where PostgreSQL listens for
+	// the namespace; NSAddr is the namespace's end. They are .1 and .2 of a
+	// /24 picked at random in 10.0.0.0/8 and not in use on this host, so
+	// that suites running at the same time do not collide.
+	HostAddr, NSAddr string
+	cut              bool
 }
 
 // NewNetns creates the namespace and the veth pair, with HostAddr on this
@@ -55,11 +55,13 @@ func NewNetns() (n *Netns, err error) {
 		}
 	}
 	removeStale()
-	if inUse(HostAddr) {
-		return nil, fmt.Errorf("%s is already assigned on this host (another fault suite running? a leftover interface?): see `ip -br addr`", HostAddr)
+	subnet, err := freeSubnet()
+	if err != nil {
+		return nil, err
 	}
 	pid := strconv.Itoa(os.Getpid())
-	n = &Netns{Name: nsPrefix + pid, HostIf: vethPref + pid, NSIf: vethPref + pid + "n"}
+	n = &Netns{Name: nsPrefix + pid, HostIf: vethPref + pid, NSIf: vethPref + pid + "n",
+		HostAddr: subnet + ".1", NSAddr: subnet + ".2"}
 	defer func() {
 		if err != nil {
 			_ = n.Close()
@@ -69,9 +71,9 @@ func NewNetns() (n *Netns, err error) {
 	steps := [][]string{
 		{"ip", "netns", "add", n.Name},
 		{"ip", "link", "add", n.HostIf, "type", "veth", "peer", "name", n.NSIf, "netns", n.Name},
-		{"ip", "addr", "add", HostAddr + "/24", "dev", n.HostIf},
+		{"ip", "addr", "add", n.HostAddr + "/24", "dev", n.HostIf},
 		{"ip", "link", "set", n.HostIf, "up"},
-		{"ip", "-n", n.Name, "addr", "add", NSAddr + "/24", "dev", n.NSIf},
+		{"ip", "-n", n.Name, "addr", "add", n.NSAddr + "/24", "dev", n.NSIf},
 		{"ip", "-n", n.Name, "link", "set", n.NSIf, "up"},
 		{"ip", "-n", n.Name, "link", "set", "lo", "up"},
 	}
@@ -93,7 +95,10 @@ func (n *Netns) Command(name string, args ...string) *exec.Cmd {
 // with an nftables table inside the namespace: no FIN, no RST, nothing
 // reaches either side, as in a real partition.
 func (n *Netns) Cut() error {
-	if err := run([]byte(nftRules), "ip", "netns", "exec", n.Name, "nft", "-f", "-"); err != nil {
+	rules := "table inet " + nftTable + " {\n" +
+		"  chain input { type filter hook input priority 0; policy accept; ip saddr " + n.HostAddr + " drop; }\n" +
+		"  chain output { type filter hook output priority 0; policy accept; ip daddr " + n.HostAddr + " drop; }\n}\n"
+	if err := run([]byte(rules), "ip", "netns", "exec", n.Name, "nft", "-f", "-"); err != nil {
 		return err
 	}
 	n.cut = true
@@ -139,6 +144,35 @@ func removeStale() {
 		_ = run(nil, "ip", "link", "del", vethPref+pid)
 		_ = run(nil, "ip", "netns", "del", name)
 	}
+}
+
+// DSN returns dsn (one of the lab's, on 127.0.0.1) with the host replaced by
+// HostAddr, for a client inside the namespace.
+func (n *Netns) DSN(dsn string) string {
+	return strings.Replace(dsn, "@127.0.0.1:", "@"+n.HostAddr+":", 1)
+}
+
+// freeSubnet picks the first three octets of a /24 in 10.0.0.0/8 that no
+// interface of this host has an address in.
+func freeSubnet() (string, error) {
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return "", fmt.Errorf("list this host's addresses: %w", err)
+	}
+	for range 100 {
+		subnet := fmt.Sprintf("10.%d.%d", 100+rand.IntN(155), rand.IntN(256))
+		probe := net.ParseIP(subnet + ".1")
+		taken := false
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && (ipn.Contains(probe) || strings.HasPrefix(ipn.IP.String(), subnet+".")) {
+				taken = true
+			}
+		}
+		if !taken {
+			return subnet, nil
+		}
+	}
+	return "", errors.New("no free /24 found in 10.100.0.0-10.254.255.0 (see `ip -br addr`)")
 }
 
 func inUse(addr string) bool {

@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestNetns: the namespace reaches HostAddr until Cut, again after Heal;
+// TestNetns: the namespace reaches its HostAddr until Cut, again after Heal;
 // Close removes the namespace, the veth pair and the address; and a new
 // Netns removes what a run killed before its cleanup left behind.
 func TestNetns(t *testing.T) {
@@ -45,7 +45,7 @@ func TestNetns(t *testing.T) {
 		t.Errorf("the leftovers of pid %s are still there", stale)
 	}
 
-	ln, err := net.Listen("tcp", HostAddr+":0")
+	ln, err := net.Listen("tcp", ns.HostAddr+":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,9 +88,9 @@ func TestNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed = true
-	if namespaces(t)[ns.Name] || linkExists(ns.HostIf) || inUse(HostAddr) {
+	if namespaces(t)[ns.Name] || linkExists(ns.HostIf) || inUse(ns.HostAddr) {
 		t.Errorf("after Close: namespace %s listed %v, link %s exists %v, %s assigned %v",
-			ns.Name, namespaces(t)[ns.Name], ns.HostIf, linkExists(ns.HostIf), HostAddr, inUse(HostAddr))
+			ns.Name, namespaces(t)[ns.Name], ns.HostIf, linkExists(ns.HostIf), ns.HostAddr, inUse(ns.HostAddr))
 	}
 }
 
