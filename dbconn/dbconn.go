@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -89,12 +90,47 @@ func Parse(dsn string, timeout time.Duration) (*pgx.ConnConfig, error) {
 
 // Connect opens one connection with cfg. The context bounds the whole
 // attempt, including authentication. Failures are returned as *ConnectError.
+//
+// The connection never sends a cancel request. pgx sends one when a
+// statement is interrupted (its context ends, its deadline passes), and
+// PgBouncer 1.18, the version Debian 12 ships, crashes when several arrive
+// at once (FATAL in disconnect_client(): bad client state), taking every
+// client's session with it, a leader's included. An interrupted statement
+// closes its connection instead; the server notices the closed socket at
+// its next write, or sooner where client_connection_check_interval is set
+// (the lease sets it on its sessions).
 func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	c := cfg.Copy()
+	d := &noCancelDialer{dial: c.DialFunc}
+	c.DialFunc = d.Dial
+	conn, err := pgx.ConnectConfig(ctx, c)
 	if err != nil {
 		return nil, newConnectError(cfg, err)
 	}
+	d.established.Store(true)
 	return conn, nil
+}
+
+// errNoCancel is what pgx gets when it tries to dial for a cancel request.
+var errNoCancel = errors.New("leasectl sends no cancel requests (PgBouncer 1.18 crashes on bursts of them); the interrupted connection is closed instead")
+
+// noCancelDialer dials only until its connection is established: pgx dials
+// again after that only to send a cancel request. Each connection has its
+// own.
+type noCancelDialer struct {
+	dial        pgconn.DialFunc
+	established atomic.Bool
+}
+
+// Dial is the connection's pgconn.DialFunc.
+func (d *noCancelDialer) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if d.established.Load() {
+		return nil, errNoCancel
+	}
+	if d.dial == nil {
+		return (&net.Dialer{KeepAlive: 5 * time.Minute}).DialContext(ctx, network, addr)
+	}
+	return d.dial(ctx, network, addr)
 }
 
 // Addr renders the first host of cfg as host:port, or the socket path for a

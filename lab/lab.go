@@ -896,3 +896,7 @@ func tail(path string, n int) string {
 	}
 	return path + ":\n  " + strings.Join(lines, "\n  ")
 }
+
+// LogTail returns the last n lines of a lab log file, headed by its path,
+// for error messages.
+func LogTail(path string, n int) string { return tail(path, n) }

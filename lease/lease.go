@@ -202,8 +202,10 @@ func (r *runner) onConnection(ctx context.Context, conn *pgx.Conn, info dbconn.S
 	for {
 		// lock_timeout bounds each wait on the server; the client's own
 		// deadline, a heartbeat timeout later, catches a dead network.
-		wctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatInterval+r.cfg.HeartbeatTimeout)
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.HeartbeatInterval+r.cfg.HeartbeatTimeout)
+		release := closeOnDone(ctx, conn)
 		ok, err := locks.WaitLock(wctx, conn, r.cfg.Key, r.cfg.HeartbeatInterval)
+		release()
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -332,4 +334,14 @@ func (r *runner) release(conn *pgx.Conn, result error) error {
 		r.log.Warn("unlock failed; closing the session releases the key", "err", err.Error())
 	}
 	return result
+}
+
+// closeOnDone closes conn's socket when ctx ends, until the returned
+// function is called. It interrupts a statement that waits on the server
+// (pg_advisory_lock) without a cancel request (see dbconn.Connect): the
+// server sees the closed socket within client_connection_check_interval,
+// which the lease sets on its sessions, and the waiter leaves the queue.
+func closeOnDone(ctx context.Context, conn *pgx.Conn) (release func()) {
+	stop := context.AfterFunc(ctx, func() { _ = conn.PgConn().Conn().Close() })
+	return func() { stop() }
 }

@@ -105,7 +105,9 @@ func dialer(tcp timing.TCP) pgconn.DialFunc {
 // it cannot reach after ServerTimeout (never before: see the timing rule in
 // the package doc); statement_timeout and idle_session_timeout, which a
 // role or database may set, would cancel the stand-by's wait or end the
-// leader's idle session.
+// leader's idle session. client_connection_check_interval (PostgreSQL 14+)
+// makes a stand-by's wait in pg_advisory_lock end within a second of its
+// client closing the connection: leasectl sends no cancel requests.
 const (
 	setupSQL = `SELECT set_config('tcp_keepalives_idle', $1, false),
        set_config('tcp_keepalives_interval', $2, false),
@@ -113,7 +115,8 @@ const (
        set_config('tcp_user_timeout', $4, false),
        set_config('statement_timeout', '0', false)`
 	setupSQL14 = setupSQL + `,
-       set_config('idle_session_timeout', '0', false)`
+       set_config('idle_session_timeout', '0', false),
+       set_config('client_connection_check_interval', '1s', false)`
 )
 
 // setupSession applies the lease settings (timing.Lease.ServerTCP) to the

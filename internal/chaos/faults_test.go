@@ -22,6 +22,8 @@ import (
 // settings the partition runs.
 type plan struct {
 	kills, terminations, partitions int
+	// standbyRounds is how many times three stand-bys stop at once.
+	standbyRounds int
 	restarts                        []string // pg_ctl stop modes
 	// partitionFlags are the heartbeat settings of every replica in the
 	// partition scenario, and partitionServerTimeout what leasectl makes of
@@ -35,11 +37,11 @@ type plan struct {
 
 func currentPlan() plan {
 	if *full {
-		return plan{kills: 200, terminations: 50, partitions: 3, restarts: []string{"fast", "immediate", "fast"},
+		return plan{kills: 200, terminations: 50, partitions: 3, restarts: []string{"fast", "immediate", "fast"}, standbyRounds: 20,
 			partitionSettings:      "defaults: heartbeat 15s/5s, grace 10s → server drops a silent session after 37s",
 			partitionServerTimeout: 37 * time.Second}
 	}
-	return plan{kills: 20, terminations: 10, partitions: 2, restarts: []string{"fast", "immediate"},
+	return plan{kills: 20, terminations: 10, partitions: 2, restarts: []string{"fast", "immediate"}, standbyRounds: 5,
 		partitionFlags:         []string{"--heartbeat-interval", "1s", "--heartbeat-timeout", "1s", "--grace", "1s"},
 		partitionSettings:      "--heartbeat-interval 1s --heartbeat-timeout 1s --grace 1s → server drops a silent session after 6s",
 		partitionServerTimeout: 6 * time.Second}
@@ -102,6 +104,8 @@ func TestFaults(t *testing.T) {
 		func(t *testing.T, f *fleet, res *result) { restarts(t, f, res, p.restarts) })
 	scenario("network partition of the leader", p.partitionSettings, p.partitionFlags,
 		func(t *testing.T, f *fleet, res *result) { partitions(t, f, res, p) })
+	scenario("three stand-bys stopped at once through PgBouncer 1.18 (session mode)", "defaults", nil,
+		func(t *testing.T, f *fleet, res *result) { standbysLeave(t, f, res, p.standbyRounds) })
 	scenario("HA failover: primary stopped, standby promoted", "multi-host DSN with target_session_attrs=primary, --takeover-delay 1s", []string{delay, "1s"},
 		haFailover)
 

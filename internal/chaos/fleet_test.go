@@ -31,6 +31,7 @@ type kind string
 const (
 	direct      kind = "direct"    // the primary over TCP
 	pooled      kind = "pooler"    // PgBouncer in transaction mode: must never lead
+	session     kind = "session"   // PgBouncer in session mode: safe
 	partitioned kind = "netns"     // from the network namespace, over the veth pair
 	multiHost   kind = "multihost" // primary,standby with target_session_attrs=primary
 )

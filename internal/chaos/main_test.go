@@ -17,7 +17,7 @@ import (
 var full = flag.Bool("full", false, "run the full fault suite (200 SIGKILLs, 50 terminations, 3 restarts, 3 partitions with default settings) instead of the bounded one")
 
 // testLab is the suite's own lab: a primary and PgBouncer in transaction
-// mode. pg_hba admits the partition's namespace; the primary listens there
+// and in session mode. pg_hba admits the partition's namespace; the primary listens there
 // only while a test needs it. The HA failover starts a lab of its own, with
 // a standby to promote.
 var testLab *lab.Lab
@@ -50,7 +50,10 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(lab.RunMain(m, lab.Options{
-		Poolers: []lab.PoolerSpec{{Name: "transaction", Mode: lab.Transaction, PoolSize: 20}},
+		Poolers: []lab.PoolerSpec{
+			{Name: "transaction", Mode: lab.Transaction, PoolSize: 20},
+			{Name: "session", Mode: lab.Session, PoolSize: 20},
+		},
 		HBA:     []string{HBA},
 	}, &testLab))
 }
