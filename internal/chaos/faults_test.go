@@ -24,7 +24,7 @@ type plan struct {
 	kills, terminations, partitions int
 	// standbyRounds is how many times three stand-bys stop at once.
 	standbyRounds int
-	restarts                        []string // pg_ctl stop modes
+	restarts      []string // pg_ctl stop modes
 	// partitionFlags are the heartbeat settings of every replica in the
 	// partition scenario, and partitionServerTimeout what leasectl makes of
 	// them: the server drops a silent client's session after

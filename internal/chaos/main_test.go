@@ -54,6 +54,6 @@ func TestMain(m *testing.M) {
 			{Name: "transaction", Mode: lab.Transaction, PoolSize: 20},
 			{Name: "session", Mode: lab.Session, PoolSize: 20},
 		},
-		HBA:     []string{HBA},
+		HBA: []string{HBA},
 	}, &testLab))
 }
