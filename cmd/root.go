@@ -33,11 +33,15 @@ type App struct {
 	IO     *IOStreams
 	Getenv func(string) string
 	Global GlobalOptions
+	// OwnProcess says leasectl is the whole process (not a test driving a
+	// command in-process): `leasectl run` then makes the process a child
+	// subreaper, which changes how the process's orphans are reparented.
+	OwnProcess bool
 }
 
 // NewApp returns an App for the real process.
 func NewApp() *App {
-	return &App{IO: SystemStreams(), Getenv: os.Getenv}
+	return &App{IO: SystemStreams(), Getenv: os.Getenv, OwnProcess: true}
 }
 
 // Execute runs leasectl with args and returns the process exit code. Ctrl-C

@@ -145,9 +145,12 @@ func runRun(ctx context.Context, opts *runOptions) error {
 	proc := &lease.Command{
 		Path: path, Args: opts.Command, Env: os.Environ(),
 		Stdout: app.IO.Out, Stderr: errOut,
-		Grace:   opts.Grace,
-		Logger:  logger.With("role", role, "key", key),
-		OnStart: func(int) { metrics.childStarted() },
+		Grace: opts.Grace,
+		// Orphaned descendants (daemons) become leasectl's children, so
+		// that they are stopped before the key is released.
+		Subreaper: app.OwnProcess,
+		Logger:    logger.With("role", role, "key", key),
+		OnStart:   func(int) { metrics.childStarted() },
 	}
 	if !app.IO.InTTY {
 		// In its own process group CMD cannot read a terminal (SIGTTIN).
@@ -159,11 +162,12 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		HeartbeatInterval: opts.HeartbeatInterval,
 		HeartbeatTimeout:  opts.HeartbeatTimeout,
 		// The program's stop takes up to --grace, then SIGKILL and reaping.
-		StopTimeout:   timing.CommandStop(opts.Grace),
-		TakeoverDelay: opts.TakeoverDelay,
-		Logger:        logger,
-		OnStateChange: metrics.change,
-		OnHeartbeat:   metrics.heartbeat,
+		StopTimeout:     timing.CommandStop(opts.Grace),
+		TakeoverDelay:   opts.TakeoverDelay,
+		ApplicationName: lease.DefaultApplicationName("leasectl run", roleName(role, key)),
+		Logger:          logger,
+		OnStateChange:   metrics.change,
+		OnHeartbeat:     metrics.heartbeat,
 	}
 
 	leaseCtx, stop := stopOnSignals(ctx, proc, logger)
@@ -186,6 +190,14 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		case <-t.C:
 		}
 	}
+}
+
+// roleName is how the lease names itself: the role, else "key N".
+func roleName(role string, key int64) string {
+	if role == "" {
+		return "key " + strconv.FormatInt(key, 10)
+	}
+	return role
 }
 
 func (o *runOptions) validate() error {

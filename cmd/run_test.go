@@ -308,7 +308,7 @@ func TestRunStepsDownWhenTheSessionIsTerminated(t *testing.T) {
 	if code := r.stop(t); code != 128+int(syscall.SIGKILL) {
 		t.Errorf("exit %d, want %d: the witness ignores SIGTERM and is killed after --grace", code, 128+int(syscall.SIGKILL))
 	}
-	for _, want := range []string{`"msg":"lease lost; stopping work"`, `"msg":"the program did not exit within the grace period: SIGKILL to its process group"`} {
+	for _, want := range []string{`"msg":"lease lost; stopping work"`, `"msg":"the program did not exit within the grace period: SIGKILL to its tree"`} {
 		if !strings.Contains(r.stderr.String(), want) {
 			t.Errorf("log lacks %s:\n%s", want, r.stderr)
 		}

@@ -305,7 +305,7 @@ func TestWhoStandbyWarning(t *testing.T) {
 // The JSON schema documented in README.md, field by field.
 var (
 	whoJSONFields     = []string{"server", "now", "stale_after_seconds", "leases", "hidden", "reveal_grant"}
-	serverJSONFields  = []string{"version", "version_num", "addr", "port", "in_recovery", "database", "user", "backend_pid"}
+	serverJSONFields  = []string{"version", "version_num", "addr", "port", "in_recovery", "database", "user", "backend_pid", "system_identifier", "postmaster_start_time"}
 	leaseJSONFields   = []string{"role", "key", "key_form", "requested", "state", "stale", "health", "waiter_count", "holders", "waiters"}
 	sessionJSONFields = []string{"pid", "prepared_xact", "mode", "user", "application_name", "client_addr", "client_port",
 		"backend_start", "state", "state_change", "idle_seconds", "wait_start", "wait_seconds", "stale", "hidden", "gone"}

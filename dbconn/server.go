@@ -3,9 +3,45 @@ package dbconn
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
+
+// Identity names the server that ran a statement: the cluster (the system
+// identifier from pg_control_system(), which a streaming standby shares with
+// its primary), one run of its postmaster (its start time, which tells a
+// primary from its standby and a server from itself after a restart), and
+// whether it is in recovery. A statement that reports a different Identity
+// than the ones before it ran on another server: a load balancer or pooler
+// spreads the connection's statements.
+type Identity struct {
+	SystemID   int64     `json:"system_identifier,string"`
+	StartedAt  time.Time `json:"postmaster_start_time"`
+	InRecovery bool      `json:"in_recovery"`
+}
+
+// SameServer reports whether i and o are the same run of the same server.
+func (i Identity) SameServer(o Identity) bool {
+	return i.SystemID == o.SystemID && i.StartedAt.Equal(o.StartedAt)
+}
+
+// String names the server for messages.
+func (i Identity) String() string {
+	role := "primary"
+	if i.InRecovery {
+		role = "standby"
+	}
+	return fmt.Sprintf("system %d, started %s, %s", i.SystemID, i.StartedAt.UTC().Format(time.RFC3339Nano), role)
+}
+
+// IdentityColumns is the select-list fragment that reads an [Identity], in
+// field order; every statement that must say which server ran it includes
+// it and scans it with [Identity.Scan].
+const IdentityColumns = `(SELECT system_identifier FROM pg_control_system()), pg_postmaster_start_time(), pg_is_in_recovery()`
+
+// Dest returns the scan destinations of IdentityColumns.
+func (i *Identity) Dest() []any { return []any{&i.SystemID, &i.StartedAt, &i.InRecovery} }
 
 // ServerInfo says which server and session answered.
 type ServerInfo struct {
@@ -25,21 +61,30 @@ type ServerInfo struct {
 	// BackendPID is pg_backend_pid(): the server process of this session
 	// (through a pooler, of the server connection lent for this statement).
 	BackendPID uint32 `json:"backend_pid"`
+	// SystemID and StartedAt identify the server (see Identity).
+	SystemID  int64     `json:"system_identifier,string"`
+	StartedAt time.Time `json:"postmaster_start_time"`
+}
+
+// Identity returns the server's identity.
+func (s ServerInfo) Identity() Identity {
+	return Identity{SystemID: s.SystemID, StartedAt: s.StartedAt, InRecovery: s.InRecovery}
 }
 
 // Server reads ServerInfo in one round trip.
 func Server(ctx context.Context, conn *pgx.Conn) (ServerInfo, error) {
 	var s ServerInfo
+	var id Identity
 	err := conn.QueryRow(ctx, `SELECT current_setting('server_version'),
        current_setting('server_version_num')::int,
        coalesce(host(inet_server_addr()), ''),
        coalesce(inet_server_port(), 0),
-       pg_is_in_recovery(),
        current_database(),
        current_user,
-       pg_backend_pid()`).Scan(&s.Version, &s.VersionNum, &s.Addr, &s.Port, &s.InRecovery, &s.Database, &s.User, &s.BackendPID)
+       pg_backend_pid(), `+IdentityColumns).Scan(append([]any{&s.Version, &s.VersionNum, &s.Addr, &s.Port, &s.Database, &s.User, &s.BackendPID}, id.Dest()...)...)
 	if err != nil {
 		return s, fmt.Errorf("read server info: %w", err)
 	}
+	s.SystemID, s.StartedAt, s.InRecovery = id.SystemID, id.StartedAt, id.InRecovery
 	return s, nil
 }

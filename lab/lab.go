@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,6 +42,9 @@ type PoolerSpec struct {
 	Mode PoolMode `json:"mode"`
 	// PoolSize is default_pool_size: server connections per user and database.
 	PoolSize int `json:"pool_size"`
+	// Settings are further [pgbouncer] settings, which win over the lab's
+	// own: for example "server_reset_query" set to "" (none).
+	Settings map[string]string `json:"settings,omitempty"`
 }
 
 // DefaultPoolers are what `leasectl lab up` starts: PgBouncer in transaction
@@ -512,6 +516,22 @@ func (l *Lab) startPooler(ctx context.Context, spec PoolerSpec, port int, passwo
 	if err := l.writeFile(filepath.Join(dir, "userlist.txt"), userlistLine(l.User, password)); err != nil {
 		return nil, err
 	}
+	if err := l.writeFile(p.ConfigFile, l.poolerINI(p)); err != nil {
+		return nil, err
+	}
+	l.logf("start pgbouncer %s (pool_mode=%s, pool_size=%d) on 127.0.0.1:%d", spec.Name, spec.Mode, spec.PoolSize, port)
+	if _, err := l.run(ctx, l.Bin.PgBouncer, "-d", p.ConfigFile); err != nil {
+		return p, fmt.Errorf("%w\n%s", err, tail(p.LogFile, 15))
+	}
+	if err := waitTCP(ctx, port, 15*time.Second); err != nil {
+		return p, fmt.Errorf("pgbouncer %s did not open port %d: %w\n%s", spec.Name, port, err, tail(p.LogFile, 15))
+	}
+	return p, nil
+}
+
+// poolerINI renders p's pgbouncer.ini.
+func (l *Lab) poolerINI(p *Pooler) string {
+	dir := filepath.Dir(p.ConfigFile)
 	ini := fmt.Sprintf(`[databases]
 * = host=127.0.0.1 port=%d
 
@@ -533,18 +553,58 @@ pidfile = %s
 logfile = %s
 log_connections = 0
 log_disconnections = 0
-`, l.Primary.Port, port, filepath.Join(dir, "userlist.txt"), l.User, spec.Mode, spec.PoolSize, p.PIDFile, p.LogFile)
-	if err := l.writeFile(p.ConfigFile, ini); err != nil {
-		return nil, err
+`, l.Primary.Port, p.Port, filepath.Join(dir, "userlist.txt"), l.User, p.Mode, p.PoolSize, p.PIDFile, p.LogFile)
+	keys := make([]string, 0, len(p.Settings))
+	for k := range p.Settings {
+		keys = append(keys, k)
 	}
-	l.logf("start pgbouncer %s (pool_mode=%s, pool_size=%d) on 127.0.0.1:%d", spec.Name, spec.Mode, spec.PoolSize, port)
-	if _, err := l.run(ctx, l.Bin.PgBouncer, "-d", p.ConfigFile); err != nil {
-		return p, fmt.Errorf("%w\n%s", err, tail(p.LogFile, 15))
+	sort.Strings(keys)
+	for _, k := range keys {
+		ini += k + " = " + p.Settings[k] + "\n"
 	}
-	if err := waitTCP(ctx, port, 15*time.Second); err != nil {
-		return p, fmt.Errorf("pgbouncer %s did not open port %d: %w\n%s", spec.Name, port, err, tail(p.LogFile, 15))
+	return ini
+}
+
+// ReconfigurePooler changes the spec of the running pooler called name
+// (pool mode, pool size, settings), rewrites its configuration and reloads
+// it with SIGHUP, as an operator would: the pooler keeps running and its
+// clients stay connected. It returns once the pooler has logged the reload.
+func (l *Lab) ReconfigurePooler(name string, change func(*PoolerSpec)) error {
+	p := l.Pooler(name)
+	if p == nil {
+		return fmt.Errorf("no pooler %q in this lab", name)
 	}
-	return p, nil
+	pid := PoolerPID(p)
+	if pid == 0 {
+		return fmt.Errorf("pooler %s is not running", name)
+	}
+	change(&p.PoolerSpec)
+	if p.PoolSize <= 0 {
+		p.PoolSize = 20
+	}
+	if err := l.writeFile(p.ConfigFile, l.poolerINI(p)); err != nil {
+		return err
+	}
+	if err := l.save(); err != nil {
+		return err
+	}
+	before := strings.Count(readFile(p.LogFile), "got SIGHUP")
+	l.logf("reload pgbouncer %s (pool_mode=%s, pool_size=%d)", p.Name, p.Mode, p.PoolSize)
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		return fmt.Errorf("reload pooler %s: %w", name, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(readFile(p.LogFile), "got SIGHUP") == before; {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pooler %s did not log the reload within 10s\n%s", name, tail(p.LogFile, 10))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+func readFile(path string) string {
+	data, _ := os.ReadFile(path)
+	return string(data)
 }
 
 // PoolerPID returns the pid of a running pooler, or 0.

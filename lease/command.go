@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -21,15 +19,22 @@ import (
 // `leasectl run` does: pass its Work method to [Run].
 //
 // The program starts only while the lease is held, directly (no shell), in
-// its own process group, with LEASECTL_ROLE, LEASECTL_KEY and
-// LEASECTL_BACKEND_PID in its environment. It dies with this process
-// (Pdeathsig SIGKILL, even when this process is SIGKILLed) and inherits the
-// lease connection's socket as descriptor 3 (LEASECTL_LEASE_FD=3), so that
-// the server cannot release the key before the program is gone. When work's
-// context ends (the lease was lost, or Run is stopping), the group gets
-// SIGTERM, and SIGKILL after Grace. When the program exits by itself, what
-// is left of its group is stopped the same way, so nothing of it outlives
-// the lease.
+// its own process group, with LEASECTL_ROLE, LEASECTL_KEY,
+// LEASECTL_BACKEND_PID and LEASECTL_PROGRAM_ID in its environment. It dies
+// with this process (Pdeathsig SIGKILL, even when this process is
+// SIGKILLed) and inherits the lease session's socket as descriptor 3
+// (LEASECTL_LEASE_FD=3) and the stop fence session's as descriptor 4
+// (LEASECTL_FENCE_FD=4), so that the server releases neither the key nor
+// its fence while the program, or anything that inherited them, lives.
+//
+// The program's tree is its process group, every process whose environment
+// carries its LEASECTL_PROGRAM_ID (descendants that left the group or the
+// session: setsid, double forks), and, with Subreaper, every descendant of
+// this process. When work's context ends (the lease was lost, or Run is
+// stopping), the tree gets SIGTERM, and SIGKILL once Grace has passed since
+// the first signal; when the program exits by itself, what is left of its
+// tree is stopped the same way. Work returns only once the whole tree is
+// gone, so nothing of it outlives the lease.
 type Command struct {
 	// Path is the program to run; Args are its arguments, Args[0] included.
 	Path string
@@ -42,9 +47,18 @@ type Command struct {
 	// means /dev/null.
 	Stdin          io.Reader
 	Stdout, Stderr io.Writer
-	// Grace is how long the program has after SIGTERM before its group gets
-	// SIGKILL. Default 10 s; keep it within the lease's StopTimeout.
+	// Grace is how long the program's tree has after the first signal
+	// (SIGTERM, or one forwarded with Signal) before it gets SIGKILL: one
+	// deadline for the program and what it started. Default 10 s; keep it
+	// within the lease's StopTimeout (timing.CommandStop).
 	Grace time.Duration
+	// Subreaper makes this process a child subreaper (Linux
+	// PR_SET_CHILD_SUBREAPER) when the first program starts: descendants
+	// orphaned by a double fork become its children instead of init's, so
+	// they are found and stopped even when they clear their environment,
+	// and it reaps them. Set it only in a process that starts no other
+	// programs, as `leasectl run` does.
+	Subreaper bool
 	// Logger receives a line when the program starts, is signalled and
 	// exits. Nil discards.
 	Logger *slog.Logger
@@ -52,8 +66,8 @@ type Command struct {
 	OnStart func(pid int)
 
 	mu        sync.Mutex
-	pgid      int  // process group of the running program; 0 when none runs
-	signalled bool // Signal reached the running program
+	running   *programTree // the running program; nil when none runs
+	signalled time.Time    // when Signal first reached the running program
 }
 
 // ExitError reports that the program ended with a non-zero status or was
@@ -93,35 +107,41 @@ func (c *Command) logger() *slog.Logger {
 	return c.Logger
 }
 
-// Signal sends sig to the process group of the running program and reports
-// whether one was running. A program signalled this way gets no SIGTERM of
-// its own when work's context ends, only SIGKILL after Grace: this is how
-// `leasectl run` forwards the SIGINT or SIGTERM it receives.
+// Signal sends sig to the running program's tree and reports whether a
+// program was running. Grace counts from the first signal; a program
+// signalled this way gets no SIGTERM of its own when work's context ends,
+// only SIGKILL once Grace has passed: this is how `leasectl run` forwards
+// the SIGINT or SIGTERM it receives.
 func (c *Command) Signal(sig syscall.Signal) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.pgid == 0 {
+	if c.running == nil {
 		return false
 	}
-	c.signalled = true
-	c.logger().Info("forwarding signal to the program", "pid", c.pgid, "signal", sig.String())
-	return syscall.Kill(-c.pgid, sig) == nil
+	if c.signalled.IsZero() {
+		c.signalled = time.Now()
+	}
+	c.logger().Info("forwarding signal to the program", "pid", c.running.pid, "signal", sig.String())
+	c.running.signal(sig)
+	return true
 }
 
-func (c *Command) setRunning(pgid int) {
+func (c *Command) setRunning(t *programTree) {
 	c.mu.Lock()
-	c.pgid, c.signalled = pgid, false
+	c.running, c.signalled = t, time.Time{}
 	c.mu.Unlock()
 }
 
-func (c *Command) wasSignalled() bool {
+// firstSignal is when Signal first reached the running program, or zero.
+func (c *Command) firstSignal() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.signalled
 }
 
 // Work runs the program under the lease of ctx (see [SessionFrom]) until it
-// exits, or until ctx ends and it has been stopped. It returns nil for exit
+// exits, or until ctx ends and it has been stopped; either way it returns
+// only once the program's whole tree is gone. It returns nil for exit
 // status 0, an *ExitError otherwise, and a *StartError when the program
 // could not start.
 func (c *Command) Work(ctx context.Context) error {
@@ -137,24 +157,45 @@ func (c *Command) Work(ctx context.Context) error {
 		grace = DefaultStopTimeout
 	}
 	log := c.logger().With("backend_pid", sess.BackendPID)
+	id, err := programID()
+	if err != nil {
+		return &StartError{Path: c.Path, Err: err}
+	}
 	env := append(append([]string(nil), c.Env...),
 		"LEASECTL_ROLE="+sess.Role,
 		"LEASECTL_KEY="+strconv.FormatInt(sess.Key, 10),
-		"LEASECTL_BACKEND_PID="+strconv.FormatUint(uint64(sess.BackendPID), 10))
+		"LEASECTL_BACKEND_PID="+strconv.FormatUint(uint64(sess.BackendPID), 10),
+		programIDVar+"="+id)
 	cmd := &exec.Cmd{
 		Path: c.Path, Args: c.Args, Dir: c.Dir,
 		Stdin: c.Stdin, Stdout: c.Stdout, Stderr: c.Stderr,
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
 		WaitDelay:   time.Second, // grandchildren holding our pipes open must not stall Wait
 	}
-	if sock, err := sess.DupSocket(); err != nil {
-		log.Warn("the program will not inherit the lease socket; if this process is SIGKILLed the key may pass on before the program is gone", "err", err.Error())
-	} else {
-		defer sock.Close()
-		cmd.ExtraFiles = []*os.File{sock}
-		env = append(env, "LEASECTL_LEASE_FD=3")
+	// Descriptor 3 is the lease session's socket, 4 the stop fence
+	// session's.
+	for _, d := range []struct {
+		what string
+		dup  func() (*os.File, error)
+		env  string
+	}{
+		{"lease", sess.DupSocket, "LEASECTL_LEASE_FD=3"},
+		{"stop fence", sess.DupFenceSocket, "LEASECTL_FENCE_FD=4"},
+	} {
+		f, err := d.dup()
+		if err != nil {
+			log.Warn("the program will not inherit the "+d.what+" session's socket; if this process is SIGKILLed, the key may pass on before the program is gone", "err", err.Error())
+			if f, err = os.Open(os.DevNull); err != nil {
+				return &StartError{Path: c.Path, Err: err}
+			}
+		} else {
+			env = append(env, d.env)
+		}
+		defer f.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, f)
 	}
 	cmd.Env = env
+	descendants := c.Subreaper && becomeSubreaper(log)
 
 	started, exited := make(chan error, 1), make(chan error, 1)
 	go func() {
@@ -175,70 +216,49 @@ func (c *Command) Work(ctx context.Context) error {
 		return &StartError{Path: c.Path, Err: err}
 	}
 	pid := cmd.Process.Pid
-	c.setRunning(pid)
-	defer c.setRunning(0)
+	tree := &programTree{pid: pid, id: id, descendants: descendants, start: startTime(pid)}
+	c.setRunning(tree)
+	defer c.setRunning(nil)
 	log.Info("program started", "pid", pid)
 	if c.OnStart != nil {
 		c.OnStart(pid)
 	}
+	if descendants {
+		defer reapOrphans(pid)()
+	}
 
-	var err error
 	select {
 	case err = <-exited:
 		log.Info("program exited", "pid", pid, "status", describeExit(err))
-		c.stopGroup(log, pid, grace, "the program exited; stopping what is left of its process group")
+		tree.stop(log, time.Now().Add(grace), "the program exited; stopping what is left of its tree")
 	case <-ctx.Done():
-		if !c.wasSignalled() {
-			log.Info("stopping the program: SIGTERM to its process group", "pid", pid, "why", context.Cause(ctx).Error())
-			_ = syscall.Kill(-pid, syscall.SIGTERM)
+		first := c.firstSignal()
+		if first.IsZero() {
+			first = time.Now()
+			log.Info("stopping the program: SIGTERM to its tree", "pid", pid, "why", context.Cause(ctx).Error())
+			tree.signal(syscall.SIGTERM)
 		}
-		t := time.NewTimer(grace)
+		// One deadline for the program and its tree, counted from the
+		// first signal.
+		deadline := first.Add(grace)
+		t := time.NewTimer(time.Until(deadline))
 		select {
 		case err = <-exited:
 		case <-t.C:
-			log.Warn("the program did not exit within the grace period: SIGKILL to its process group", "pid", pid, "grace", grace.String())
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			log.Warn("the program did not exit within the grace period: SIGKILL to its tree", "pid", pid, "grace", grace.String())
+			tree.signal(syscall.SIGKILL)
 			err = <-exited
 		}
 		t.Stop()
 		log.Info("program stopped", "pid", pid, "status", describeExit(err))
-		c.stopGroup(log, pid, grace, "stopping what is left of the program's process group")
+		tree.stop(log, deadline, "stopping what is left of the program's tree")
 	}
 	return exitResult(err)
 }
 
-// stopGroup stops the members of process group pgid that outlived its
-// leader: SIGTERM, then SIGKILL after grace. They are not our children, so
-// it polls for them.
-func (c *Command) stopGroup(log *slog.Logger, pgid int, grace time.Duration, msg string) {
-	if !groupAlive(pgid) {
-		return
-	}
-	log.Warn(msg, "pgid", pgid)
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
-	if waitGroupGone(pgid, grace) {
-		return
-	}
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	if !waitGroupGone(pgid, time.Second) {
-		log.Error("processes of the program's group are still there after SIGKILL (zombies not reaped by init?)", "pgid", pgid)
-	}
-}
-
-func waitGroupGone(pgid int, limit time.Duration) bool {
-	deadline := time.Now().Add(limit)
-	for groupAlive(pgid) {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
-}
-
 func exitResult(err error) error {
 	if errors.Is(err, exec.ErrWaitDelay) {
-		return nil // status 0; something of its group kept our pipe open
+		return nil // status 0; something of its tree kept our pipe open
 	}
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) {
@@ -266,36 +286,4 @@ func describeExit(err error) string {
 	default:
 		return r.Error()
 	}
-}
-
-// groupAlive reports whether process group pgid has a member that is not a
-// zombie. kill(-pgid, 0) alone counts zombies, which an init that does not
-// reap orphans (some containers) leaves behind forever.
-func groupAlive(pgid int) bool {
-	if syscall.Kill(-pgid, 0) != nil {
-		return false
-	}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return true
-	}
-	for _, e := range entries {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp ...; comm may contain spaces and parens.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(stat[i+1:]))
-		if len(f) >= 3 && f[0] != "Z" && f[2] == strconv.Itoa(pgid) {
-			return true
-		}
-	}
-	return false
 }

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/timing"
@@ -67,6 +70,13 @@ type Config struct {
 	// just as fast; a delay longer than the old work's stop time rules out
 	// the overlap, like consul's lock-delay.
 	TakeoverDelay time.Duration
+
+	// ApplicationName is the application_name of the lease session, so
+	// that `leasectl who` and `leasectl failover` show which replica leads;
+	// the stop fence session gets it with " fence" appended. It is used only
+	// when the DSN (or PGAPPNAME) sets none. Default "leasectl lease
+	// ROLE@HOSTNAME".
+	ApplicationName string
 
 	// Preflight decides whether this DSN may lead; it runs on every new
 	// connection before the connection stands by. A non-nil error refuses.
@@ -139,6 +149,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.ConnConfig = c.ConnConfig.Copy()
 	}
 	c.ConnConfig.DialFunc = dialer(c.timing().ClientTCP())
+	if c.ApplicationName == "" {
+		c.ApplicationName = DefaultApplicationName("leasectl lease", c.Role)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -146,6 +159,48 @@ func (c Config) withDefaults() (Config, error) {
 		c.Preflight = defaultPreflight(c.timing())
 	}
 	return c, nil
+}
+
+// DefaultApplicationName is "PREFIX ROLE@HOSTNAME", the application_name
+// that tells replicas apart.
+func DefaultApplicationName(prefix, role string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown-host"
+	}
+	return prefix + " " + role + "@" + host
+}
+
+// maxNameLen is the longest application_name PostgreSQL keeps
+// (NAMEDATALEN - 1 bytes); it cuts longer ones.
+const maxNameLen = 63
+
+// sessionConfigs returns the configs of the lease session, which reports
+// notifications to onNote, and of the stop fence session, each with its
+// application_name unless the DSN sets one.
+func (c Config) sessionConfigs(onNote pgconn.NotificationHandler) (main, fence *pgx.ConnConfig) {
+	main, fence = c.ConnConfig.Copy(), c.ConnConfig.Copy()
+	name := main.RuntimeParams["application_name"]
+	if name == "" {
+		name = c.ApplicationName
+		main.RuntimeParams["application_name"] = truncateName(name, maxNameLen)
+	}
+	const suffix = " fence"
+	fence.RuntimeParams["application_name"] = truncateName(name, maxNameLen-len(suffix)) + suffix
+	main.OnNotification = onNote
+	return main, fence
+}
+
+// truncateName cuts s to at most n bytes without splitting a UTF-8
+// sequence.
+func truncateName(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // timing is the lease's timing model.

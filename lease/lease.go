@@ -18,9 +18,10 @@ import (
 // ctx ends or work returns.
 //
 // work gets a context that is cancelled the moment the lease is lost
-// (context.Cause is a *LostError) or ctx ends; [SessionFrom] gives it the
-// lease's session. After a loss Run waits for work to return, reconnects,
-// stands by and calls work again when it leads again.
+// (context.Cause is a *LostError), the leader is asked to step down
+// ([ErrResigned]) or ctx ends; [SessionFrom] gives it the lease's session.
+// After a loss Run waits for work to return, reconnects, stands by and calls
+// work again when it leads again.
 //
 // Run returns when work returns by itself: it releases the key and returns
 // what work returned. When ctx ends while work runs, Run cancels work, waits
@@ -33,32 +34,61 @@ func Run(ctx context.Context, cfg Config, work func(ctx context.Context) error) 
 	if err != nil {
 		return err
 	}
-	r := &runner{cfg: c, work: work,
-		log: c.Logger.With("role", c.Role, "key", c.Key)}
+	r := &runner{cfg: c, work: work, key: locks.BigintKey(c.Key), fence: locks.FenceKey(c.Key),
+		log:   c.Logger.With("role", c.Role, "key", c.Key),
+		notes: make(chan *pgconn.Notification, 16)}
+	r.mainCfg, r.fenceCfg = c.sessionConfigs(r.onNotification)
 	defer r.setState(Stopped, 0, nil)
 	return r.run(ctx)
 }
 
 type runner struct {
-	cfg   Config
-	work  func(context.Context) error
-	log   *slog.Logger
-	state State
+	cfg        Config
+	work       func(context.Context) error
+	key, fence locks.Key
+	log        *slog.Logger
+	state      State
+	// mainCfg and fenceCfg open the lease session and the stop fence
+	// session.
+	mainCfg, fenceCfg *pgx.ConnConfig
+	// notes are the notifications the lease session received: requests
+	// to step down.
+	notes chan *pgconn.Notification
+}
+
+// sessions are one connection attempt's two server sessions: the lease
+// session, which waits for and holds the key, and the stop fence session,
+// which holds the key's fence while work runs (see locks.FenceKey).
+type sessions struct {
+	main, fenceConn *pgx.Conn
+	info, fenceInfo dbconn.ServerInfo
+}
+
+func (s *sessions) close(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	// Terminate: the server ends the sessions, and any hold with them.
+	for _, c := range []*pgx.Conn{s.main, s.fenceConn} {
+		if c != nil {
+			_ = c.Close(ctx)
+		}
+	}
 }
 
 // outcome is how one connection's stand-by and leadership ended.
 type outcome struct {
-	final bool  // Run returns err
-	err   error // why the connection ended, or Run's result when final
+	final    bool  // Run returns err
+	resigned bool  // stepped down on request: stand by again on the same sessions
+	err      error // why the connection ended, or Run's result when final
 }
 
-func (r *runner) setState(to State, pid uint32, err error) {
+func (r *runner) setState(to State, pid uint32, err error, attrs ...any) {
 	if to == r.state {
 		return
 	}
 	ch := Change{From: r.state, To: to, Role: r.cfg.Role, Key: r.cfg.Key, BackendPID: pid, Err: err, At: time.Now()}
 	r.state = to
-	attrs := []any{"state", string(to), "backend_pid", pid}
+	attrs = append([]any{"state", string(to), "backend_pid", pid}, attrs...)
 	if err != nil {
 		attrs = append(attrs, "err", err.Error())
 	}
@@ -74,7 +104,11 @@ func (r *runner) setState(to State, pid uint32, err error) {
 	case Leading:
 		r.log.Info("leading", attrs...)
 	case StandingBy:
-		r.log.Info("standing by", attrs...)
+		if ch.From == Leading {
+			r.log.Info("stepped down on request; standing by again", attrs...)
+		} else {
+			r.log.Info("standing by", attrs...)
+		}
 	case Stopped:
 		r.log.Info("stopped", attrs...)
 	}
@@ -89,6 +123,15 @@ func (r *runner) heartbeat() {
 	}
 }
 
+// onNotification receives the lease session's notifications, whenever pgx
+// reads them (during a statement too); the lead loop looks at them.
+func (r *runner) onNotification(_ *pgconn.PgConn, n *pgconn.Notification) {
+	select {
+	case r.notes <- n:
+	default: // full of requests nobody acted on: drop
+	}
+}
+
 func (r *runner) run(ctx context.Context) error {
 	var lastErr error
 	failures := 0
@@ -97,7 +140,7 @@ func (r *runner) run(ctx context.Context) error {
 			return context.Cause(ctx)
 		}
 		r.setState(Connecting, 0, lastErr)
-		conn, info, err := r.connect(ctx)
+		s, err := r.connect(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
@@ -107,7 +150,7 @@ func (r *runner) run(ctx context.Context) error {
 			failures++
 			var refused *RefusedError
 			if errors.As(err, &refused) {
-				r.setState(Refused, info.BackendPID, err)
+				r.setState(Refused, refused.BackendPID, err)
 				delay = r.cfg.RetryInterval
 			} else {
 				r.log.Warn("cannot connect; retrying", "err", err.Error(), "retry_in", delay.Round(time.Millisecond).String())
@@ -118,10 +161,8 @@ func (r *runner) run(ctx context.Context) error {
 			continue
 		}
 		failures = 0
-		out := r.onConnection(ctx, conn, info)
-		closeCtx, cancel := context.WithTimeout(context.Background(), r.cfg.HeartbeatTimeout)
-		_ = conn.Close(closeCtx) // Terminate: the server ends the session, and any hold with it
-		cancel()
+		out := r.onConnection(ctx, s)
+		s.close(r.cfg.HeartbeatTimeout)
 		if out.final {
 			return out.err
 		}
@@ -150,63 +191,87 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// connect opens the lease connection and decides whether it may lead: the
-// server must be a primary and the preflight must pass. Only then does it
-// apply the session's settings.
-func (r *runner) connect(ctx context.Context) (*pgx.Conn, dbconn.ServerInfo, error) {
+// open connects one session and reads which server and backend it reached.
+func (r *runner) open(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, dbconn.ServerInfo, error) {
 	var info dbconn.ServerInfo
-	timeout := r.cfg.ConnConfig.ConnectTimeout
+	timeout := cfg.ConnectTimeout
 	if timeout <= 0 {
 		timeout = r.cfg.HeartbeatTimeout
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := dbconn.Connect(cctx, r.cfg.ConnConfig)
+	conn, err := dbconn.Connect(cctx, cfg)
 	if err != nil {
-		return nil, info, err
-	}
-	fail := func(err error) (*pgx.Conn, dbconn.ServerInfo, error) {
-		conn.Close(context.WithoutCancel(cctx))
 		return nil, info, err
 	}
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatTimeout)
 	defer cancel()
 	if info, err = dbconn.Server(qctx, conn); err != nil {
+		conn.Close(context.WithoutCancel(cctx))
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = fmt.Errorf("%w (connected, but the first statement got no answer within the heartbeat timeout %s: a pooler with no free server connection, or an overloaded server?)", err, r.cfg.HeartbeatTimeout)
 		}
-		return fail(err)
+		return nil, info, err
 	}
-	r.log.Info("connected", "backend_pid", info.BackendPID, "server", info.Addr, "port", info.Port, "version", info.VersionNum)
-	if info.InRecovery {
-		return fail(&RefusedError{Reason: "the server is a standby (pg_is_in_recovery): advisory locks there fence nothing on the primary; point the DSN at the primary (target_session_attrs=primary)"})
-	}
-	if err := r.cfg.Preflight(ctx, r.cfg.ConnConfig); err != nil {
-		if ctx.Err() != nil {
-			return fail(context.Cause(ctx))
-		}
-		return fail(&RefusedError{Reason: "the session-stability probe refused this DSN: a lease over it could have two leaders", Err: err})
-	}
-	sctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatTimeout)
-	defer cancel()
-	if err := setupSession(sctx, conn, info.VersionNum, r.cfg.timing().ServerTCP(r.cfg.ServerTimeout)); err != nil {
-		return fail(err)
-	}
-	r.heartbeat()
 	return conn, info, nil
 }
 
-// onConnection stands by on conn and leads when it gets the key.
-func (r *runner) onConnection(ctx context.Context, conn *pgx.Conn, info dbconn.ServerInfo) outcome {
-	r.setState(StandingBy, info.BackendPID, nil)
+// connect opens the lease session and decides whether it may lead: the
+// server must be a primary and the preflight must pass. Only then does it
+// apply the session's settings, LISTEN for requests to step down, and open
+// the stop fence session, which must reach the same server.
+func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
+	s := &sessions{}
+	defer func() {
+		if err != nil {
+			s.close(r.cfg.HeartbeatTimeout)
+		}
+	}()
+	if s.main, s.info, err = r.open(ctx, r.mainCfg); err != nil {
+		return nil, err
+	}
+	r.log.Info("connected", "backend_pid", s.info.BackendPID, "server", s.info.Addr, "port", s.info.Port, "version", s.info.VersionNum)
+	if s.info.InRecovery {
+		return nil, &RefusedError{BackendPID: s.info.BackendPID, Reason: "the server is a standby (pg_is_in_recovery): advisory locks there fence nothing on the primary; point the DSN at the primary (target_session_attrs=primary)"}
+	}
+	if err := r.cfg.Preflight(ctx, r.cfg.ConnConfig); err != nil {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return nil, &RefusedError{BackendPID: s.info.BackendPID, Reason: "the session-stability probe refused this DSN: a lease over it could have two leaders", Err: err}
+	}
+	tcp := r.cfg.timing().ServerTCP(r.cfg.ServerTimeout)
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatTimeout)
+	defer cancel()
+	if err := setupSession(sctx, s.main, s.info.VersionNum, tcp); err != nil {
+		return nil, err
+	}
+	if err := locks.Listen(sctx, s.main, locks.ResignChannel(r.cfg.Key)); err != nil {
+		return nil, err
+	}
+	if s.fenceConn, s.fenceInfo, err = r.open(ctx, r.fenceCfg); err != nil {
+		return nil, fmt.Errorf("open the stop fence session: %w", err)
+	}
+	if !s.fenceInfo.Identity().SameServer(s.info.Identity()) || s.fenceInfo.InRecovery {
+		return nil, &RefusedError{BackendPID: s.info.BackendPID, Reason: fmt.Sprintf("a second connection over this DSN reached another server (%s) than the first (%s): a load balancer or proxy spreads connections over servers, where each holds its own locks", s.fenceInfo.Identity(), s.info.Identity())}
+	}
+	sctx, cancel = context.WithTimeout(ctx, r.cfg.HeartbeatTimeout)
+	defer cancel()
+	if err := setupSession(sctx, s.fenceConn, s.fenceInfo.VersionNum, tcp); err != nil {
+		return nil, fmt.Errorf("stop fence session: %w", err)
+	}
+	r.heartbeat()
+	return s, nil
+}
+
+// onConnection stands by on s and leads when it gets the key; after
+// stepping down on request it stands by again on the same sessions.
+func (r *runner) onConnection(ctx context.Context, s *sessions) outcome {
+	r.setState(StandingBy, s.info.BackendPID, nil)
 	for {
 		// lock_timeout bounds each wait on the server; the client's own
 		// deadline, a heartbeat timeout later, catches a dead network.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.HeartbeatInterval+r.cfg.HeartbeatTimeout)
-		release := closeOnDone(ctx, conn)
-		ok, err := locks.WaitLock(wctx, conn, r.cfg.Key, r.cfg.HeartbeatInterval)
-		release()
-		cancel()
+		ok, err := r.waitLock(ctx, s.main, r.key, r.cfg.HeartbeatInterval)
 		switch {
 		case ctx.Err() != nil:
 			return outcome{final: true, err: context.Cause(ctx)}
@@ -216,96 +281,290 @@ func (r *runner) onConnection(ctx context.Context, conn *pgx.Conn, info dbconn.S
 			r.heartbeat()
 			continue
 		}
-		return r.lead(ctx, conn, info)
+		// The server says the key is granted; prove that it is this
+		// session that holds it, on this server. If not, the key may be
+		// held on someone else's backend: never unlock it from here, just
+		// close the sessions.
+		if err := r.prove(s.main, r.key, s.info, nil); err != nil {
+			return outcome{err: fmt.Errorf("the lock was granted, but %w", err)}
+		}
+		out := r.lead(ctx, s)
+		if !out.resigned {
+			return out
+		}
+		// Stepped down on request: leave the key to the stand-bys that
+		// wait for it before standing by again.
+		if !sleep(ctx, r.cfg.RetryInterval) {
+			return outcome{final: true, err: context.Cause(ctx)}
+		}
 	}
 }
 
-// lead runs work while conn holds the key.
-func (r *runner) lead(ctx context.Context, conn *pgx.Conn, info dbconn.ServerInfo) outcome {
+// waitLock waits for key on conn for at most timeout (see locks.WaitLock).
+// When ctx ends it closes conn's socket rather than cancel the statement.
+func (r *runner) waitLock(ctx context.Context, conn *pgx.Conn, key locks.Key, timeout time.Duration) (bool, error) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout+r.cfg.HeartbeatTimeout)
+	defer cancel()
+	release := closeOnDone(ctx, conn)
+	defer release()
+	return locks.WaitLock(wctx, conn, key, timeout)
+}
+
+// prove runs one proof on conn (locks.Prove): it ran on the session's own
+// backend on its own server, a primary, which holds key (and also, when
+// not nil). The error says what did not hold.
+func (r *runner) prove(conn *pgx.Conn, key locks.Key, info dbconn.ServerInfo, also *locks.Hold) error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.HeartbeatTimeout)
+	defer cancel()
+	p, err := locks.Prove(ctx, conn, key, also)
+	if err != nil {
+		return err
+	}
+	return p.Check(key, info.BackendPID, info.Identity(), also)
+}
+
+// takeFence takes the stop fence on the fence session while the lease
+// session holds the key: it is free unless the previous leader's work is
+// still stopping, and then it is granted the moment that leader releases
+// it. Meanwhile the lease session proves its hold every second. It returns
+// how long it waited.
+func (r *runner) takeFence(ctx context.Context, s *sessions) (time.Duration, error) {
+	start := time.Now()
+	slice := min(r.cfg.HeartbeatInterval, time.Second)
+	for waited := false; ; waited = true {
+		ok, err := r.waitLock(ctx, s.fenceConn, r.fence, slice)
+		switch {
+		case ctx.Err() != nil:
+			return 0, context.Cause(ctx)
+		case err != nil:
+			return 0, fmt.Errorf("stop fence: %w", err)
+		case ok:
+			// The fence session holds the fence, and the lease session
+			// still holds the key: one round trip.
+			if err := r.prove(s.fenceConn, r.fence, s.fenceInfo, &locks.Hold{Key: r.key, PID: s.info.BackendPID}); err != nil {
+				return 0, fmt.Errorf("stop fence: %w", err)
+			}
+			return time.Since(start), nil
+		}
+		if !waited {
+			r.log.Info("holding the key; waiting for the previous leader's work to stop (stop fence)", "backend_pid", s.info.BackendPID)
+		}
+		if err := r.prove(s.main, r.key, s.info, nil); err != nil {
+			return 0, fmt.Errorf("heartbeat while waiting for the stop fence: %w", err)
+		}
+		r.heartbeat()
+	}
+}
+
+// lead takes the stop fence and runs work while s holds the key.
+func (r *runner) lead(ctx context.Context, s *sessions) outcome {
+	fenceWait, err := r.takeFence(ctx, s)
+	if err != nil {
+		if ctx.Err() != nil {
+			return outcome{final: true, err: r.release(s, context.Cause(ctx))}
+		}
+		return outcome{err: err}
+	}
 	if r.cfg.TakeoverDelay > 0 {
-		r.log.Info("holding the key before starting work", "backend_pid", info.BackendPID, "takeover_delay", r.cfg.TakeoverDelay.String())
-		if err := r.watch(ctx, conn, time.Now().Add(r.cfg.TakeoverDelay), nil); err != nil {
+		r.log.Info("holding the key before starting work", "backend_pid", s.info.BackendPID, "takeover_delay", r.cfg.TakeoverDelay.String())
+		if err := r.watch(ctx, s.main, time.Now().Add(r.cfg.TakeoverDelay)); err != nil {
 			return outcome{err: err}
 		}
 		if ctx.Err() != nil {
-			return outcome{final: true, err: r.release(conn, context.Cause(ctx))}
+			return outcome{final: true, err: r.release(s, context.Cause(ctx))}
 		}
 	}
-	sess := &Session{Role: r.cfg.Role, Key: r.cfg.Key, BackendPID: info.BackendPID, Since: time.Now(), conn: conn}
+	r.drainNotes()
+	sess := &Session{Role: r.cfg.Role, Key: r.cfg.Key, BackendPID: s.info.BackendPID, FenceBackendPID: s.fenceInfo.BackendPID,
+		Since: time.Now(), conn: s.main, fence: s.fenceConn}
 	workCtx, cancelWork := context.WithCancelCause(context.WithValue(ctx, sessionKey{}, sess))
 	defer cancelWork(nil)
 	workDone := make(chan struct{})
 	var workErr error
-	r.setState(Leading, info.BackendPID, nil)
+	r.setState(Leading, s.info.BackendPID, nil, "fence_backend_pid", s.fenceInfo.BackendPID, "fence_wait", roundMS(fenceWait))
 	go func() {
 		defer close(workDone)
 		workErr = r.work(workCtx)
 	}()
+	fw := watchFence(s.fenceConn)
 
 	var lost error
+	resigned := false
+	also := &locks.Hold{Key: r.fence, PID: s.fenceInfo.BackendPID}
+	next := time.Now().Add(r.cfg.HeartbeatInterval)
 	for {
-		err := r.watch(ctx, conn, time.Now().Add(r.cfg.HeartbeatInterval), workDone)
-		if err != nil {
+		if err := r.watch(ctx, s.main, next, workDone, fw.lost); err != nil {
 			lost = err
+			break
+		}
+		if req, ok := r.resignRequest(s.info.BackendPID); ok {
+			actx, cancel := context.WithTimeout(context.Background(), r.cfg.HeartbeatTimeout)
+			err := locks.Notify(actx, s.main, locks.ResignedChannel(r.cfg.Key), locks.ResignAck{PID: s.info.BackendPID, ID: req.ID, StopTimeoutMS: r.cfg.StopTimeout.Milliseconds()})
+			cancel()
+			if err != nil {
+				lost = fmt.Errorf("answer the request to step down: %w", err)
+				break
+			}
+			resigned = true
 			break
 		}
 		select {
 		case <-workDone: // work returned by itself
-			return outcome{final: true, err: r.release(conn, workErr)}
+			fw.stop()
+			return outcome{final: true, err: r.release(s, workErr)}
+		case <-fw.lost:
+			lost = fmt.Errorf("the stop fence session ended: %w", fw.err)
 		default:
+		}
+		if lost != nil {
+			break
 		}
 		if ctx.Err() != nil {
 			cancelWork(context.Cause(ctx))
 			r.waitWork(workDone, "stop")
-			return outcome{final: true, err: r.release(conn, workErr)}
+			fw.stop()
+			return outcome{final: true, err: r.release(s, workErr)}
 		}
-		hctx, cancel := context.WithTimeout(context.Background(), r.cfg.HeartbeatTimeout)
-		_, err = conn.Exec(hctx, "SELECT 1")
-		cancel()
-		if err != nil {
+		if time.Now().Before(next) {
+			continue // woken by a notification that was not for us
+		}
+		if err := r.prove(s.main, r.key, s.info, also); err != nil {
 			lost = fmt.Errorf("heartbeat: %w", err)
 			break
 		}
 		r.heartbeat()
+		next = time.Now().Add(r.cfg.HeartbeatInterval)
+	}
+	if resigned {
+		// Stop work, then release the fence and the key: a stand-by in
+		// the lock queue takes over the moment the key is free.
+		r.log.Info("asked to step down (leasectl failover): stopping work, then releasing the key", "backend_pid", s.info.BackendPID)
+		cancelWork(ErrResigned)
+		r.waitWork(workDone, "step down")
+		fw.stop()
+		r.release(s, nil)
+		r.setState(StandingBy, s.info.BackendPID, ErrResigned)
+		return outcome{resigned: true}
 	}
 	// Stop work before the key can pass on: the session is gone already if
 	// the server ended it, but after a failed heartbeat it may live on until
-	// Close, and then the next leader must wait for us.
+	// Close, and then the next leader must wait for us. The stop fence is
+	// released only once work has returned: a new leader waits for it.
 	cancelWork(&LostError{Err: lost})
-	r.setState(Connecting, info.BackendPID, lost)
+	r.setState(Connecting, s.info.BackendPID, lost)
 	r.waitWork(workDone, "lost")
+	fw.stop()
+	r.releaseFence(s)
 	return outcome{err: lost}
 }
 
-// watch reads the idle lease connection until `until`, until interrupt is
-// closed or ctx ends (nil error), or until the connection fails (the error).
-// The server's FATAL for a terminated session, or EOF, ends the read at
-// once; a deadline or cancel interrupts pgconn's WaitForNotification
-// without closing the connection (pgx treats read timeouts as non-fatal).
-func (r *runner) watch(ctx context.Context, conn *pgx.Conn, until time.Time, interrupt <-chan struct{}) error {
+// resignRequest returns a pending request to step down addressed to the
+// lease session of backend pid, if one arrived.
+func (r *runner) resignRequest(pid uint32) (locks.ResignRequest, bool) {
+	channel := locks.ResignChannel(r.cfg.Key)
+	for {
+		select {
+		case n := <-r.notes:
+			if n.Channel != channel {
+				continue
+			}
+			req, err := locks.ParseResignRequest(n.Payload)
+			if err != nil {
+				r.log.Warn("ignoring a malformed request to step down", "err", err.Error())
+				continue
+			}
+			if req.PID == pid {
+				return req, true
+			}
+		default:
+			return locks.ResignRequest{}, false
+		}
+	}
+}
+
+// drainNotes drops notifications that arrived before this session led:
+// requests to step down name the leader they were meant for.
+func (r *runner) drainNotes() {
+	for {
+		select {
+		case <-r.notes:
+		default:
+			return
+		}
+	}
+}
+
+// fenceWatch reads the idle stop fence session while work runs, so that its
+// loss (the server ended it) is seen at once.
+type fenceWatch struct {
+	lost   chan struct{} // closed when the session failed
+	err    error
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func watchFence(conn *pgx.Conn) *fenceWatch {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &fenceWatch{lost: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for {
+			err := conn.PgConn().WaitForNotification(ctx)
+			switch {
+			case err == nil:
+				continue
+			case ctx.Err() != nil && !conn.IsClosed():
+				return
+			default:
+				w.err = err
+				close(w.lost)
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// stop ends the reading, so that the session can run statements again.
+func (w *fenceWatch) stop() {
+	w.cancel()
+	<-w.done
+}
+
+// watch reads the idle lease connection until `until`, until one of wake
+// is closed, a notification arrives or ctx ends (nil error), or until the
+// connection fails (the error). The server's FATAL for a terminated
+// session, or EOF, ends the read at once; a deadline or cancel interrupts
+// pgconn's WaitForNotification without closing the connection (pgx treats
+// read timeouts as non-fatal).
+func (r *runner) watch(ctx context.Context, conn *pgx.Conn, until time.Time, wake ...<-chan struct{}) error {
 	wctx, cancel := context.WithDeadline(ctx, until)
 	defer cancel()
-	if interrupt != nil {
-		stop := make(chan struct{})
-		defer close(stop)
+	if len(r.notes) > 0 {
+		return nil
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	for _, ch := range wake {
+		if ch == nil {
+			continue
+		}
 		go func() {
 			select {
-			case <-interrupt:
+			case <-ch:
 				cancel()
 			case <-stop:
 			}
 		}()
 	}
-	for {
-		err := conn.PgConn().WaitForNotification(wctx)
-		switch {
-		case err == nil:
-			continue // a notification: nothing on this session LISTENs, ignore it
-		case wctx.Err() != nil && !conn.IsClosed() && (pgconn.Timeout(err) || errors.Is(err, context.Canceled)):
-			return nil
-		default:
-			return fmt.Errorf("session ended: %w", err)
-		}
+	err := conn.PgConn().WaitForNotification(wctx)
+	switch {
+	case err == nil:
+		return nil // a notification: the caller looks at it
+	case wctx.Err() != nil && !conn.IsClosed() && (pgconn.Timeout(err) || errors.Is(err, context.Canceled)):
+		return nil
+	default:
+		return fmt.Errorf("session ended: %w", err)
 	}
 }
 
@@ -324,16 +583,30 @@ func (r *runner) waitWork(done <-chan struct{}, why string) {
 	<-done
 }
 
-// release unlocks the key on conn (Run closes conn afterwards) and returns
-// result.
-func (r *runner) release(conn *pgx.Conn, result error) error {
+// release unlocks the stop fence and then the key (Run closes the sessions
+// afterwards) and returns result.
+func (r *runner) release(s *sessions, result error) error {
+	r.releaseFence(s)
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.HeartbeatTimeout)
 	defer cancel()
-	if _, err := locks.Unlock(ctx, conn, r.cfg.Key); err != nil {
+	if _, err := locks.UnlockKey(ctx, s.main, r.key); err != nil {
 		// Closing the connection ends the session, which releases it too.
 		r.log.Warn("unlock failed; closing the session releases the key", "err", err.Error())
 	}
 	return result
+}
+
+// releaseFence unlocks the stop fence: work has stopped.
+func (r *runner) releaseFence(s *sessions) {
+	if s.fenceConn.IsClosed() {
+		return // the server released it with the session
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.HeartbeatTimeout)
+	defer cancel()
+	if _, err := locks.UnlockKey(ctx, s.fenceConn, r.fence); err != nil {
+		r.log.Warn("releasing the stop fence failed; closing its session releases it", "err", err.Error())
+		_ = s.fenceConn.Close(ctx)
+	}
 }
 
 // closeOnDone closes conn's socket when ctx ends, until the returned
@@ -345,3 +618,5 @@ func closeOnDone(ctx context.Context, conn *pgx.Conn) (release func()) {
 	stop := context.AfterFunc(ctx, func() { _ = conn.PgConn().Conn().Close() })
 	return func() { stop() }
 }
+
+func roundMS(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }

@@ -25,10 +25,13 @@ type Session struct {
 	Key  int64
 	// BackendPID is the server process that holds the key.
 	BackendPID uint32
-	// Since is when the key was acquired.
+	// FenceBackendPID is the server process of the stop fence session,
+	// which holds the key's fence (locks.FenceKey) until work has stopped.
+	FenceBackendPID uint32
+	// Since is when work was started.
 	Since time.Time
 
-	conn *pgx.Conn
+	conn, fence *pgx.Conn
 }
 
 type sessionKey struct{}
@@ -46,8 +49,15 @@ func SessionFrom(ctx context.Context) (*Session, bool) {
 // after the child has exited too. The copy shares the socket: never read,
 // write or change its flags. It is opened close-on-exec; os/exec's
 // ExtraFiles clears that in the child.
-func (s *Session) DupSocket() (*os.File, error) {
-	nc := s.conn.PgConn().Conn()
+func (s *Session) DupSocket() (*os.File, error) { return dupSocket(s.conn, "lease-socket") }
+
+// DupFenceSocket is DupSocket for the stop fence session: a program that
+// inherits it keeps the fence held, and a new leader waiting, for as long
+// as the program or anything that inherited the descriptor lives.
+func (s *Session) DupFenceSocket() (*os.File, error) { return dupSocket(s.fence, "fence-socket") }
+
+func dupSocket(conn *pgx.Conn, name string) (*os.File, error) {
+	nc := conn.PgConn().Conn()
 	for {
 		u, ok := nc.(interface{ NetConn() net.Conn }) // *tls.Conn
 		if !ok {
@@ -73,7 +83,7 @@ func (s *Session) DupSocket() (*os.File, error) {
 	// os.NewFile (unlike net.Conn.File) leaves the shared O_NONBLOCK flag
 	// alone when os/exec asks for the descriptor: clearing it would make
 	// pgx's reads of the lease connection block past their deadlines.
-	return os.NewFile(uintptr(fd), "lease-socket"), nil
+	return os.NewFile(uintptr(fd), name), nil
 }
 
 // dialer returns pgx's DialFunc for lease connections: TCP keepalives and

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
@@ -51,12 +52,19 @@ func (e *LostError) Error() string { return fmt.Sprintf("lease lost: %v", e.Err)
 // Unwrap returns why the lease was lost.
 func (e *LostError) Unwrap() error { return e.Err }
 
+// ErrResigned is the cause of work's context when the leader was asked to
+// step down (`leasectl failover` without --force): it stops work, releases
+// the key to a stand-by and stands by again.
+var ErrResigned = errors.New("asked to step down (leasectl failover)")
+
 // RefusedError says why a connection must not lead.
 type RefusedError struct {
 	// Reason is a sentence for logs.
 	Reason string
 	// Err is the preflight's error, if it refused.
 	Err error
+	// BackendPID is the server process of the refused session.
+	BackendPID uint32
 }
 
 func (e *RefusedError) Error() string {

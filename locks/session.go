@@ -44,23 +44,35 @@ func KeyHolders(ctx context.Context, conn *pgx.Conn, key int64) (self uint32, ho
 	return self, holders, nil
 }
 
-// Unlock releases key as many times as this session holds it (session locks
-// stack) and returns how many holds it released. It never calls
-// pg_advisory_unlock_all(), which would also drop locks of other clients
-// sharing a pooled server connection.
+// Unlock releases the bigint key as many times as this session holds it
+// (session locks stack) and returns how many holds it released. It never
+// calls pg_advisory_unlock_all(), which would also drop locks of other
+// clients sharing a pooled server connection.
 func Unlock(ctx context.Context, conn *pgx.Conn, key int64) (int, error) {
+	return UnlockKey(ctx, conn, BigintKey(key))
+}
+
+// UnlockKey is Unlock for a key in either form.
+func UnlockKey(ctx context.Context, conn *pgx.Conn, key Key) (int, error) {
 	released := 0
 	for {
 		var ok bool
-		if err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", key).Scan(&ok); err != nil {
-			return released, fmt.Errorf("pg_advisory_unlock(%d): %w", key, err)
+		var err error
+		if key.Form == Pair {
+			p := key.Pair()
+			err = conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1::int4, $2::int4)", p.K1, p.K2).Scan(&ok)
+		} else {
+			err = conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", key.ID).Scan(&ok)
+		}
+		if err != nil {
+			return released, fmt.Errorf("pg_advisory_unlock(%s): %w", key, err)
 		}
 		if !ok {
 			return released, nil
 		}
 		released++
 		if released > 1<<16 {
-			return released, fmt.Errorf("pg_advisory_unlock(%d): still held after %d releases", key, released)
+			return released, fmt.Errorf("pg_advisory_unlock(%s): still held after %d releases", key, released)
 		}
 	}
 }

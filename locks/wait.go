@@ -22,7 +22,10 @@ import (
 // lock_timeout, which stays set afterwards, so that the wait is bounded on
 // the server even when the client cannot reach it. Cancelling ctx cancels
 // the wait; pgx then closes the connection, which also leaves the queue.
-func WaitLock(ctx context.Context, conn *pgx.Conn, key int64, timeout time.Duration) (bool, error) {
+//
+// key may be in either form: the lease waits for its role's key in the
+// bigint form and for the stop fence (see FenceKey) in the pair form.
+func WaitLock(ctx context.Context, conn *pgx.Conn, key Key, timeout time.Duration) (bool, error) {
 	ms := timeout.Milliseconds()
 	if ms < 1 {
 		ms = 1
@@ -30,13 +33,19 @@ func WaitLock(ctx context.Context, conn *pgx.Conn, key int64, timeout time.Durat
 	if _, err := conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, false)", strconv.FormatInt(ms, 10)+"ms"); err != nil {
 		return false, fmt.Errorf("set lock_timeout: %w", err)
 	}
-	_, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key)
+	var err error
+	if key.Form == Pair {
+		p := key.Pair()
+		_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1::int4, $2::int4)", p.K1, p.K2)
+	} else {
+		_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key.ID)
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: lock_timeout expired
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("pg_advisory_lock(%d): %w", key, err)
+		return false, fmt.Errorf("pg_advisory_lock(%s): %w", key, err)
 	}
 	return true, nil
 }

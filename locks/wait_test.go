@@ -20,7 +20,7 @@ func TestWaitLockTimesOutThenTakesOverWhenTheHolderGoes(t *testing.T) {
 	if ok, err := locks.TryLock(ctx, holder, key); err != nil || !ok {
 		t.Fatalf("holder TryLock = %v, %v", ok, err)
 	}
-	ok, err := locks.WaitLock(ctx, waiter, key, 50*time.Millisecond)
+	ok, err := locks.WaitLock(ctx, waiter, locks.BigintKey(key), 50*time.Millisecond)
 	if err != nil || ok {
 		t.Fatalf("WaitLock on a held key = %v, %v; want false after lock_timeout", ok, err)
 	}
@@ -30,7 +30,7 @@ func TestWaitLockTimesOutThenTakesOverWhenTheHolderGoes(t *testing.T) {
 
 	got := make(chan error, 1)
 	go func() {
-		ok, err := locks.WaitLock(ctx, waiter, key, time.Minute)
+		ok, err := locks.WaitLock(ctx, waiter, locks.BigintKey(key), time.Minute)
 		if err == nil && !ok {
 			err = errors.New("WaitLock returned false")
 		}
@@ -56,7 +56,7 @@ func TestWaitLockHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	got := make(chan error, 1)
 	go func() {
-		_, err := locks.WaitLock(ctx, waiter, key, time.Hour)
+		_, err := locks.WaitLock(ctx, waiter, locks.BigintKey(key), time.Hour)
 		got <- err
 	}()
 	time.AfterFunc(100*time.Millisecond, cancel) // most likely while the waiter is queued; a wait that ignored ctx would hang for an hour

@@ -24,7 +24,11 @@ type plan struct {
 	kills, terminations, partitions int
 	// standbyRounds is how many times three stand-bys stop at once.
 	standbyRounds int
-	restarts      []string // pg_ctl stop modes
+	// reloadFlags and reloadWatch are the replicas' flags in the
+	// pooler-reload scenario, and how long it watches after the reload.
+	reloadFlags []string
+	reloadWatch time.Duration
+	restarts    []string // pg_ctl stop modes
 	// partitionFlags are the heartbeat settings of every replica in the
 	// partition scenario, and partitionServerTimeout what leasectl makes of
 	// them: the server drops a silent client's session after
@@ -38,10 +42,12 @@ type plan struct {
 func currentPlan() plan {
 	if *full {
 		return plan{kills: 200, terminations: 50, partitions: 3, restarts: []string{"fast", "immediate", "fast"}, standbyRounds: 20,
+			reloadWatch:            90 * time.Second,
 			partitionSettings:      "defaults: heartbeat 15s/5s, grace 10s → server drops a silent session after 37s",
 			partitionServerTimeout: 37 * time.Second}
 	}
 	return plan{kills: 20, terminations: 10, partitions: 2, restarts: []string{"fast", "immediate"}, standbyRounds: 5,
+		reloadFlags: []string{"--heartbeat-interval", "1s"}, reloadWatch: 15 * time.Second,
 		partitionFlags:         []string{"--heartbeat-interval", "1s", "--heartbeat-timeout", "1s", "--grace", "1s"},
 		partitionSettings:      "--heartbeat-interval 1s --heartbeat-timeout 1s --grace 1s → server drops a silent session after 6s",
 		partitionServerTimeout: 6 * time.Second}
@@ -60,6 +66,9 @@ type result struct {
 	// poolerLeads and poolerRefusals count the pooler replica's leads
 	// (part of unsafe) and refusals, for its own line of the report.
 	poolerLeads, poolerRefusals int
+	// stops and gaps, where the old program takes time to stop: from the
+	// fault to its exit, and from its exit to the next program's start.
+	stops, gaps []time.Duration
 }
 
 // TestFaults is the fault suite: see the package doc. Each scenario starts a
@@ -98,7 +107,7 @@ func TestFaults(t *testing.T) {
 	const delay = "--takeover-delay"
 	scenario("SIGKILL of the leading leasectl", "defaults (heartbeat 15s/5s, grace 10s), no takeover delay", nil,
 		func(t *testing.T, f *fleet, res *result) { sigkills(t, f, res, p.kills) })
-	scenario("pg_terminate_backend of the leader's session", "defaults, --takeover-delay 1s (the witness stops in ms)", []string{delay, "1s"},
+	scenario("pg_terminate_backend of the leader's session", "defaults; the program takes 300 ms to stop", nil,
 		func(t *testing.T, f *fleet, res *result) { terminations(t, f, res, p.terminations) })
 	scenario("PostgreSQL restart ("+strings.Join(p.restarts, ", ")+")", "defaults, --takeover-delay 1s", []string{delay, "1s"},
 		func(t *testing.T, f *fleet, res *result) { restarts(t, f, res, p.restarts) })
@@ -106,6 +115,8 @@ func TestFaults(t *testing.T) {
 		func(t *testing.T, f *fleet, res *result) { partitions(t, f, res, p) })
 	scenario("three stand-bys stopped at once through PgBouncer 1.18 (session mode)", "defaults", nil,
 		func(t *testing.T, f *fleet, res *result) { standbysLeave(t, f, res, p.standbyRounds) })
+	scenario("PgBouncer reloaded from session to transaction mode under traffic", settingsOf(p.reloadFlags), p.reloadFlags,
+		func(t *testing.T, f *fleet, res *result) { poolerReload(t, f, res, p.reloadWatch) })
 	scenario("HA failover: primary stopped, standby promoted", "multi-host DSN with target_session_attrs=primary, --takeover-delay 1s", []string{delay, "1s"},
 		haFailover)
 
@@ -114,6 +125,14 @@ func TestFaults(t *testing.T) {
 		t.Errorf("%d overlap(s) in the whole suite", n)
 	}
 	t.Log("fault suite (" + map[bool]string{true: "full", false: "bounded"}[*full] + "):\n" + report(results))
+}
+
+// settingsOf describes a scenario's flags for the report.
+func settingsOf(flags []string) string {
+	if len(flags) == 0 {
+		return "defaults"
+	}
+	return strings.Join(flags, " ")
 }
 
 // settle gives the listener time to read what the last witnesses wrote
@@ -139,14 +158,24 @@ func sigkills(t *testing.T, f *fleet, res *result, n int) {
 	}
 }
 
+// stopDelay is how long the witness takes to stop after SIGTERM in the
+// scenarios where the server ends the leader's session: a program that
+// drains its work. The stop fence must keep the next program from starting
+// until it has exited.
+const stopDelay = 300 * time.Millisecond
+
 // terminations ends the leader's lease session n times, the way `leasectl
-// failover` does. The server releases the key as the backend exits, while
-// the old program may still be stopping: --takeover-delay covers its stop.
+// failover --force` and an operator's pg_terminate_backend do, with default
+// flags. The server releases the key as the backend exits, while the old
+// program still takes stopDelay to stop: the next leader gets the key at
+// once, but must wait for the stop fence, which the old leader releases
+// only once its program has exited.
 func terminations(t *testing.T, f *fleet, res *result, n int) {
 	h, dsn := f.h, testLab.DirectDSN()
+	f.witnessFlags = []string{"-stop-delay", stopDelay.String()}
 	lead := f.startFive(direct, dsn, testLab.PoolerDSN("transaction"))
 	admin := pgtest.Conn(t, dsn, "chaos-admin")
-	var stepDowns []time.Duration
+	var stepDowns, stops, gaps []time.Duration
 	for i := range n {
 		pid, err := strconv.ParseUint(lead.BackendPID, 10, 32)
 		if err != nil {
@@ -159,12 +188,22 @@ func terminations(t *testing.T, f *fleet, res *result, n int) {
 		}
 		res.faults++
 		term := h.await(t, from, hang, fmt.Sprintf("SIGTERM to the leader's program after termination %d", i+1), isTermOf(lead.PID))
+		exit := h.await(t, from, hang, fmt.Sprintf("the old program's exit after termination %d", i+1), isExitOf(lead.PID))
+		next := h.await(t, from, hang, fmt.Sprintf("a takeover after termination %d", i+1), isStart)
 		stepDowns = append(stepDowns, term.At.Sub(t0))
-		lead = h.await(t, from, hang, fmt.Sprintf("a takeover after termination %d", i+1), isStart)
-		res.takeovers = append(res.takeovers, lead.At.Sub(t0))
+		stops = append(stops, exit.At.Sub(t0))
+		gaps = append(gaps, next.At.Sub(exit.At))
+		res.takeovers = append(res.takeovers, next.At.Sub(t0))
+		lead = next
 		f.settled(f.of(lead))
 	}
-	res.notes = append(res.notes, "step-down (terminate → the old program gets SIGTERM): "+spread(stepDowns)+"; takeovers include the 1 s takeover delay")
+	res.stops, res.gaps = stops, gaps
+	res.notes = append(res.notes, fmt.Sprintf("the program takes %s to stop after SIGTERM; step-down (terminate → SIGTERM): %s; the old program exited %s after the termination, and the next one started %s after that exit (the stop fence)",
+		stopDelay, spread(stepDowns), spread(stops), spread(gaps)))
+}
+
+func isExitOf(pid int) func(leasetest.Event) bool {
+	return func(ev leasetest.Event) bool { return ev.Kind == leasetest.Exit && ev.PID == pid }
 }
 
 // restarts restarts the primary once per stop mode: every session ends,
@@ -476,11 +515,14 @@ func fmtDur(d time.Duration) string {
 	return fmt.Sprintf("%.2f s", d.Seconds())
 }
 
-// TestWitnessSeesOverlaps is the suite's control: with no takeover delay
-// and a program that ignores SIGTERM (killed only after --grace), ending
-// the leader's session lets the next replica start its program while the
-// old one still runs, and the witness must report it. Without this, zero
-// overlaps in TestFaults could mean a blind witness.
+// TestWitnessSeesOverlaps is the suite's control, and shows the one way
+// left to run two programs at once when the server ends sessions: it ends
+// the leader's lease session and its stop fence session in one statement,
+// as a server restart or crash does, while the leader's program ignores
+// SIGTERM (killed only after --grace 3s). The next replica gets the key and
+// the fence at once and starts its program while the old one still runs,
+// and the witness must report it. Without this, zero overlaps in TestFaults
+// could mean a blind witness.
 func TestWitnessSeesOverlaps(t *testing.T) {
 	h := newHarness(t)
 	f := h.newFleet(t, "--grace", "3s")
@@ -491,13 +533,16 @@ func TestWitnessSeesOverlaps(t *testing.T) {
 	}
 	lead := h.await(t, from, hang, "a first leader", isStart)
 	f.settled(f.of(lead))
-	pid, err := strconv.ParseUint(lead.BackendPID, 10, 32)
-	if err != nil {
+	from = h.mark()
+	admin := pgtest.Conn(t, testLab.DirectDSN(), "chaos-admin")
+	classid, objid := locks.Split(roleKey)
+	var ended int
+	if err := admin.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_locks
+ WHERE locktype = 'advisory' AND granted AND classid = $1::bigint::oid AND objid = $2::bigint::oid`, int64(classid), int64(objid)).Scan(&ended); err != nil {
 		t.Fatal(err)
 	}
-	from = h.mark()
-	if err := leasetest.Terminate(context.Background(), pgtest.Conn(t, testLab.DirectDSN(), "chaos-admin"), roleKey, uint32(pid)); err != nil {
-		t.Fatal(err)
+	if ended != 2 {
+		t.Fatalf("ended %d sessions holding the key or its fence, want 2 (the lease and the stop fence session)", ended)
 	}
 	ev := h.await(t, from, hang, "an overlap report from the witness", isOverlap)
 	if ev.PPID == lead.PPID {

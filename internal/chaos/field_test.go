@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -83,4 +85,81 @@ func waitNoWaiters(t *testing.T, conn *pgx.Conn, what string) time.Duration {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// poolerReload runs three replicas through PgBouncer in session mode, which
+// is safe, and then reloads that PgBouncer (SIGHUP) with pool_mode =
+// transaction while other clients send traffic through it: sessions judged
+// stable at connect time stop being so. Every lease statement must prove
+// the session again (the same backend, the key granted to it, a primary),
+// so the leader steps down, nobody leads over the pooler again, and no two
+// programs run at once. It watches for watch after the reload.
+func poolerReload(t *testing.T, f *fleet, res *result, watch time.Duration) {
+	h, dsn := f.h, testLab.PoolerDSN("reload")
+	admin := pgtest.Conn(t, testLab.DirectDSN(), "chaos-admin")
+	t.Cleanup(func() {
+		f.stopAll()
+		if err := testLab.ReconfigurePooler("reload", func(p *lab.PoolerSpec) { p.Mode = lab.Session }); err != nil {
+			t.Error(err)
+		}
+		// Locks stranded on the pooler's server connections.
+		if _, err := admin.Exec(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_locks
+ WHERE locktype = 'advisory' AND pid <> pg_backend_pid()`); err != nil {
+			t.Error(err)
+		}
+	})
+	from := h.mark()
+	for range 3 {
+		f.start(session, dsn, nil)
+	}
+	lead := h.await(t, from, hang, "a first leader", isStart)
+	leader := f.of(lead)
+	f.settled(leader)
+
+	// Traffic from other clients through the same pooler.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var queries atomic.Int64
+	for i := range 4 {
+		conn := pgtest.Conn(t, dsn, fmt.Sprintf("chaos-traffic-%d", i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := conn.Exec(context.Background(), "SELECT 1"); err != nil {
+					return
+				}
+				queries.Add(1)
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	time.Sleep(500 * time.Millisecond)
+
+	from = h.mark()
+	seen := len(leader.lines())
+	reload := time.Now()
+	if err := testLab.ReconfigurePooler("reload", func(p *lab.PoolerSpec) { p.Mode = lab.Transaction }); err != nil {
+		t.Fatal(err)
+	}
+	res.faults++
+	term := h.await(t, from, hang+watch, "the leader stepping down after the pooler went to transaction mode", isTermOf(lead.PID))
+	i := f.waitLine(leader, seen, "why it lost the lease", func(l logLine) bool { return l.Msg == "lease lost; stopping work" })
+	why := leader.lines()[i].Err
+	time.Sleep(time.Until(reload.Add(watch)))
+	if n := h.count(from, isStart); n > 0 {
+		t.Errorf("%d program(s) started after the pooler went to transaction mode", n)
+	}
+	refused := 0
+	for _, r := range f.live {
+		refused += strings.Count(r.log.String(), "refusing to lead")
+	}
+	res.notes = append(res.notes, fmt.Sprintf("the leader stepped down %s after the reload (%s); no replica led again in %s (%d refusals; %d queries of other clients meanwhile)",
+		fmtDur(term.At.Sub(reload)), why, watch, refused, queries.Load()))
 }

@@ -174,6 +174,7 @@ type logLine struct {
 	Msg   string    `json:"msg"`
 	State string    `json:"state"`
 	Port  int       `json:"port"`
+	Err   string    `json:"err"`
 }
 
 // lines parses r's log so far.

@@ -53,6 +53,8 @@ func TestMain(m *testing.M) {
 		Poolers: []lab.PoolerSpec{
 			{Name: "transaction", Mode: lab.Transaction, PoolSize: 20},
 			{Name: "session", Mode: lab.Session, PoolSize: 20},
+			// Reloaded to transaction mode by the pooler-reload scenario.
+			{Name: "reload", Mode: lab.Session, PoolSize: 20},
 		},
 		HBA: []string{HBA},
 	}, &testLab))

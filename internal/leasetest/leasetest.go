@@ -31,6 +31,7 @@ const (
 	Term    = "term"    // it received SIGTERM or SIGINT (Detail names it)
 	Overlap = "overlap" // another witness held the lock: two children at once
 	Failed  = "failed"  // it could not set itself up (Detail says why)
+	Exit    = "exit"    // with -stop-delay: it is about to exit after its stop delay
 )
 
 // Event is one report of a witness.

@@ -479,7 +479,7 @@ func (s *setup) baseline(n int) ([]time.Duration, error) {
 		got := make(chan time.Time, 1)
 		errs := make(chan error, 1)
 		go func() {
-			ok, err := locks.WaitLock(context.Background(), waiter, baselineKey, time.Minute)
+			ok, err := locks.WaitLock(context.Background(), waiter, locks.BigintKey(baselineKey), time.Minute)
 			if err == nil && !ok {
 				err = fmt.Errorf("baseline waiter timed out")
 			}

@@ -3,11 +3,12 @@
 // it finds another witness still running (a non-blocking flock on a shared
 // file), so that a test can prove that at most one child runs at a time.
 //
-//	witness [-lock FILE] [-notify SOCKET] [-exit N] [-ignore-term]
+//	witness [-lock FILE] [-notify SOCKET] [-exit N] [-ignore-term] [-stop-delay D]
 //
 // Without -exit it runs until SIGTERM or SIGINT, then exits 0 (with
-// -ignore-term it keeps running and must be killed). It exits 97 when the
-// lock is taken.
+// -ignore-term it keeps running and must be killed; with -stop-delay it
+// takes D to stop, like a program that drains its work, and reports "exit"
+// just before it exits). It exits 97 when the lock is taken.
 package main
 
 import (
@@ -18,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/leasectl/leasectl/internal/leasetest"
 )
@@ -27,6 +29,7 @@ func main() {
 	notify := flag.String("notify", "", "unix socket to report events to")
 	exit := flag.Int("exit", -1, "exit with this status right after starting")
 	ignoreTerm := flag.Bool("ignore-term", false, "report SIGTERM and SIGINT but keep running")
+	stopDelay := flag.Duration("stop-delay", 0, "after SIGTERM or SIGINT, keep running (and holding the lock) this long, then report exit and exit 0")
 	flag.Parse()
 
 	// Listen for signals before reporting the start, so that none is missed.
@@ -71,9 +74,14 @@ func main() {
 	}
 	for s := range sigs {
 		report(leasetest.Term, s.String())
-		if !*ignoreTerm {
-			os.Exit(0)
+		if *ignoreTerm {
+			continue
 		}
+		if *stopDelay > 0 {
+			time.Sleep(*stopDelay)
+			report(leasetest.Exit, "")
+		}
+		os.Exit(0)
 	}
 }
 
