@@ -14,43 +14,56 @@ import (
 )
 
 type failoverOptions struct {
-	app  *App
-	Role string
-	Key  string // --key: k or k1,k2
-	Yes  bool
-	Wait time.Duration
+	app   *App
+	Role  string
+	Key   string // --key: k or k1,k2
+	Yes   bool
+	Force bool
+	Wait  time.Duration
 }
 
 func newFailoverCmd(app *App) *cobra.Command {
 	opts := &failoverOptions{app: app}
 	c := &cobra.Command{
 		Use:   "failover ROLE | --key N",
-		Short: "Move a role's lease on purpose: terminate its holder, report who takes over",
-		Long: `Force a failover: terminate the backend that holds the role's advisory key,
-so that the lock dies with it, then watch a stand-by take the key over.
+		Short: "Move a role's lease on purpose: ask its leader to step down, report who takes over",
+		Long: `Move a role's lease to a stand-by on purpose, for deploys, drills and a hung
+leader.
+
+By default failover asks the leader to step down: its lease session listens
+for the request (leasectl run and the lease package do), answers at once,
+stops its program, releases the key, and a stand-by in the lock queue takes
+over within milliseconds. If the leader does not answer within --timeout (an
+older leasectl, a hung process, a worker of your own), or answers but does
+not release the key within the stop time it announced plus --timeout,
+failover terminates its backend instead. --force terminates at once.
 
 The holder is shown first (pid, application, client, session age). Without
---yes you are asked on a terminal; with no terminal nothing is terminated and
+--yes you are asked on a terminal; with no terminal nothing is done and
 failover exits 2, saying what it would do.
 
 The termination is one statement that re-checks, at that instant, that the
 same backend (pid and backend_start) still holds the key in this database,
 and waits up to --timeout for the backend to exit (pg_terminate_backend with
 a timeout, PostgreSQL 14+). If the holder changed since it was shown,
-nothing is terminated (exit 1). Then failover waits up to --wait for another
-session to hold the key and reports it with the measured takeover time;
-none in time is exit 1.
+nothing is terminated (exit 1). A holder that releases the key in the
+moment between that check and the signal is terminated anyway; failover
+then says so. Then failover waits up to --wait for another session to hold
+the key and reports it with the measured takeover time; none in time is
+exit 1.
 
 Ending another role's backend needs membership in that role or in
 pg_signal_backend; a superuser's backend only a superuser can end (exit 3,
 with the grant). On a standby failover refuses (exit 2): its locks fence
 nothing on the primary.
 
-The old holder's worker may run on until it notices its lost session: a
-worker on the lease package notices within milliseconds, others at their
-next heartbeat.`,
-		Example: `  leasectl failover poller                 # shows the holder, asks before terminating it
+After a termination the old holder's program may still be stopping: a
+leasectl run or lease package stand-by waits for the old leader's stop
+fence before it starts, so the two never overlap; other workers notice at
+their next heartbeat.`,
+		Example: `  leasectl failover poller                 # shows the holder, asks before asking it to step down
   leasectl failover poller --yes --wait 30s
+  leasectl failover poller --yes --force   # terminate at once, without asking the leader
   leasectl failover --key 1840000001 --yes -o json`,
 		Args:              maxArgs(1),
 		ValidArgsFunction: completeOneRole(app),
@@ -63,7 +76,8 @@ next heartbeat.`,
 	}
 	f := c.Flags()
 	f.StringVar(&opts.Key, "key", "", "the advisory key to fail over instead of a ROLE (k, or k1,k2 for the two-int4 form)")
-	f.BoolVar(&opts.Yes, "yes", false, "terminate without asking")
+	f.BoolVar(&opts.Yes, "yes", false, "fail over without asking for confirmation")
+	f.BoolVar(&opts.Force, "force", false, "terminate the holder's backend at once instead of asking the leader to step down")
 	f.DurationVar(&opts.Wait, "wait", 15*time.Second, "how long to wait for a stand-by to take over")
 	return c
 }
@@ -124,23 +138,26 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 	}
 	if !opts.Yes {
 		h := target.Holder
+		action := fmt.Sprintf("ask %s, connected %s, to step down (and terminate it if it does not within --timeout %s)", h.Describe(), sessionAge(h, target.Now), app.Global.Timeout)
+		if opts.Force {
+			action = fmt.Sprintf("terminate %s, connected %s,", h.Describe(), sessionAge(h, target.Now))
+		}
 		if !app.IO.InTTY {
-			fmt.Fprintf(pre, "\nWould terminate %s, connected %s, and wait up to %s for a stand-by to take over %s. Nothing was terminated.\n",
-				h.Describe(), sessionAge(h, target.Now), opts.Wait, target.Lease.Name())
-			return &InputError{Err: fmt.Errorf("not confirmed, and there is no terminal to ask on: nothing was terminated; to terminate pid %d, run again with --yes: %s",
+			fmt.Fprintf(pre, "\nWould %s and wait up to %s for a stand-by to take over %s. Nothing was done.\n",
+				action, opts.Wait, target.Lease.Name())
+			return &InputError{Err: fmt.Errorf("not confirmed, and there is no terminal to ask on: nothing was done; to fail over pid %d, run again with --yes: %s",
 				h.PID, confirmCommand(opts))}
 		}
-		ok, err := confirm(app, pre, fmt.Sprintf("\nTerminate %s, connected %s, so that a stand-by takes over %s?",
-			h.Describe(), sessionAge(h, target.Now), target.Lease.Name()))
+		ok, err := confirm(app, pre, fmt.Sprintf("\n%s so that a stand-by takes over %s?", upperFirst(action), target.Lease.Name()))
 		if err != nil {
 			return err
 		}
 		if !ok {
-			return &CheckFailedError{Message: "not confirmed: nothing was terminated"}
+			return &CheckFailedError{Message: "not confirmed: nothing was done"}
 		}
 	}
 
-	res, err := target.Failover(ctx, conn, locks.FailoverOptions{TerminateTimeout: app.Global.Timeout, Wait: opts.Wait})
+	res, err := target.Failover(ctx, conn, locks.FailoverOptions{TerminateTimeout: app.Global.Timeout, Wait: opts.Wait, Force: opts.Force})
 	if res == nil {
 		return err // nothing was terminated
 	}
@@ -167,7 +184,17 @@ func confirmCommand(opts *failoverOptions) string {
 	if opts.Wait != 15*time.Second {
 		args = append(args, "--wait", opts.Wait.String())
 	}
+	if opts.Force {
+		args = append(args, "--force")
+	}
 	return strings.Join(append(args, "--yes"), " ")
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 func sessionAge(s locks.Session, now time.Time) string {
@@ -207,20 +234,35 @@ func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr stri
 	return nil
 }
 
-// renderFailover reports the termination and the takeover; waitErr is why
-// there was none.
+// renderFailover reports the request to step down or the termination, and
+// the takeover; waitErr is why there was none.
 func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, waitErr error, wait, timeout time.Duration) error {
 	paint := painter(color)
-	t, term := res.Target, res.Termination
+	t := res.Target
 	name := t.Lease.Name()
 	var b strings.Builder
 	b.WriteString("\n")
-	if term.Gone {
-		fmt.Fprintf(&b, "%s terminated pid %d: its backend is gone, and its hold on %s with it (pg_terminate_backend confirmed the exit in %s)\n",
-			paint(st.OK, "✓"), term.PID, name, fmtMillis(term.Took))
-	} else {
-		fmt.Fprintf(&b, "%s signalled pid %d, but its backend had not exited after %s (--timeout): it holds %s until it does\n",
-			paint(st.Warn, "!"), term.PID, timeout, name)
+	if rs := res.Resign; rs != nil {
+		switch {
+		case rs.Answered && rs.Released:
+			fmt.Fprintf(&b, "%s pid %d stepped down on request: it answered in %s, stopped its work and released %s %s after the request\n",
+				paint(st.OK, "✓"), t.Holder.PID, fmtMillis(rs.AnswerTook), name, fmtMillis(rs.ReleaseTook))
+		case rs.Fallback != "":
+			fmt.Fprintf(&b, "%s asked pid %d to step down, but %s: terminating it\n", paint(st.Warn, "!"), t.Holder.PID, rs.Fallback)
+		}
+	}
+	if term := res.Termination; term != nil {
+		if term.Gone {
+			fmt.Fprintf(&b, "%s terminated pid %d: its backend is gone, and its hold on %s with it (pg_terminate_backend confirmed the exit in %s)\n",
+				paint(st.OK, "✓"), term.PID, name, fmtMillis(term.Took))
+		} else {
+			fmt.Fprintf(&b, "%s signalled pid %d, but its backend had not exited after %s (--timeout): it holds %s until it does\n",
+				paint(st.Warn, "!"), term.PID, timeout, name)
+		}
+	}
+	since := "of the signal"
+	if res.Path == locks.PathGraceful {
+		since = "after the request"
 	}
 	if tk := res.Takeover; tk != nil {
 		h := tk.Holder
@@ -228,20 +270,29 @@ func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, wai
 		if h.Hidden {
 			client = "hidden"
 		}
-		fmt.Fprintf(&b, "%s pid %d took over %s within %s of the signal (%s clock): application %s, client %s\n",
-			paint(st.OK, "✓"), h.PID, name, fmtMillis(tk.After), takeoverClock(tk), orQuoted(h.Application), client)
+		fmt.Fprintf(&b, "%s pid %d took over %s within %s %s (%s clock): application %s, client %s\n",
+			paint(st.OK, "✓"), h.PID, name, fmtMillis(tk.After), since, takeoverClock(tk), orQuoted(h.Application), client)
+		if tk.BeforeSignal {
+			fmt.Fprintf(&b, "%s pid %d held %s before the signal: pid %d had released it already, in the moment between the holder check and the signal, and was terminated anyway\n",
+				paint(st.Warn, "!"), h.PID, name, t.Holder.PID)
+		}
 	} else if !errors.Is(waitErr, locks.ErrNoTakeover) {
 		fmt.Fprintf(&b, "%s could not watch for a stand-by taking over %s: %v\n", paint(st.Fail, "✗"), name, waitErr)
 	} else {
 		state := "the key is free: are the stand-bys running?"
-		if !term.Gone {
-			state = fmt.Sprintf("pid %d may still hold the key", term.PID)
+		switch {
+		case res.Termination != nil && !res.Termination.Gone:
+			state = fmt.Sprintf("pid %d may still hold the key", res.Termination.PID)
+		case res.Termination == nil:
+			state = waitErr.Error()
 		}
 		fmt.Fprintf(&b, "%s no stand-by took over %s within %s: %s\n", paint(st.Fail, "✗"), name, wait, state)
 	}
-	fmt.Fprintf(&b, "\nThe old holder's worker may run on until it notices it lost its session: a worker on the lease package notices within milliseconds, others at their next heartbeat.\n")
-	if t.ViaProxy {
-		fmt.Fprintf(&b, "Through the pooler, what was terminated is the pooler's server connection pid %d, not the worker's client connection.\n", term.PID)
+	if res.Termination != nil {
+		fmt.Fprintf(&b, "\nThe old holder's program may still be stopping: a leasectl run or lease package stand-by waits for it (the stop fence); other workers notice at their next heartbeat.\n")
+		if t.ViaProxy {
+			fmt.Fprintf(&b, "Through the pooler, what was terminated is the pooler's server connection pid %d, not the worker's client connection.\n", res.Termination.PID)
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -276,13 +327,28 @@ type failoverCmdJSON struct {
 type failoverJSON struct {
 	Role          *string      `json:"role"`
 	Key           string       `json:"key"`
+	Path          string       `json:"path"`
+	Resign        *resignJSON  `json:"resign"`
 	OldHolder     sessionJSON  `json:"old_holder"`
 	OldGone       bool         `json:"old_gone"`
-	TerminateMS   float64      `json:"terminate_ms"`
+	TerminateMS   *float64     `json:"terminate_ms"`
 	TookOver      bool         `json:"took_over"`
 	NewHolder     *sessionJSON `json:"new_holder"`
 	TakeoverMS    *float64     `json:"takeover_ms"`
 	TakeoverClock *string      `json:"takeover_clock"`
+	// ReleasedBeforeSignal: the terminated holder had released the key in
+	// the moment between the holder check and the signal.
+	ReleasedBeforeSignal bool `json:"released_before_signal"`
+}
+
+// resignJSON is the request to step down.
+type resignJSON struct {
+	Answered    bool     `json:"answered"`
+	AnswerMS    *float64 `json:"answer_ms"`
+	Released    bool     `json:"released"`
+	ReleaseMS   *float64 `json:"release_ms"`
+	StopTimeout *float64 `json:"stop_timeout_ms"`
+	Fallback    *string  `json:"fallback"`
 }
 
 // takeoverClock names the clock the takeover time was measured on.
@@ -296,18 +362,37 @@ func takeoverClock(tk *locks.Takeover) string {
 func failoverJSONOf(res *locks.Failover) failoverJSON {
 	t := res.Target
 	j := failoverJSON{
-		Key:         t.Lease.Key.String(),
-		OldHolder:   sessionJSONOf(t.Holder, t.Now, 0), // no staleness threshold applies
-		OldGone:     res.Termination.Gone,
-		TerminateMS: millis(res.Termination.Took),
+		Key:       t.Lease.Key.String(),
+		Path:      res.Path,
+		OldHolder: sessionJSONOf(t.Holder, t.Now, 0), // no staleness threshold applies
 	}
 	if t.Lease.Role != "" {
 		j.Role = &t.Lease.Role
+	}
+	if rs := res.Resign; rs != nil {
+		r := &resignJSON{Answered: rs.Answered, Released: rs.Released}
+		if rs.Answered {
+			ms, stop := millis(rs.AnswerTook), float64(rs.Ack.StopTimeoutMS)
+			r.AnswerMS, r.StopTimeout = &ms, &stop
+		}
+		if rs.Released {
+			ms := millis(rs.ReleaseTook)
+			r.ReleaseMS = &ms
+		}
+		if rs.Fallback != "" {
+			r.Fallback = &rs.Fallback
+		}
+		j.Resign = r
+	}
+	if term := res.Termination; term != nil {
+		ms := millis(term.Took)
+		j.OldGone, j.TerminateMS = term.Gone, &ms
 	}
 	if tk := res.Takeover; tk != nil {
 		nh := sessionJSONOf(tk.Holder, tk.Now, 0)
 		ms, clock := millis(tk.After), takeoverClock(tk)
 		j.TookOver, j.NewHolder, j.TakeoverMS, j.TakeoverClock = true, &nh, &ms, &clock
+		j.ReleasedBeforeSignal = tk.BeforeSignal
 	}
 	return j
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/locks"
 )
@@ -84,7 +85,7 @@ func TestFailoverMovesTheLeaseToTheStandBy(t *testing.T) {
 	bystander := pgtest.Conn(t, testLab.DirectDSN(), "bystander")
 	newPID, _ := standBy(t, "poller-b", foPollerKey)
 
-	res := failover(t, "poller", "--yes")
+	res := failover(t, "poller", "--yes", "--force")
 	if res.Code != 0 {
 		t.Fatalf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
@@ -93,8 +94,8 @@ func TestFailoverMovesTheLeaseToTheStandBy(t *testing.T) {
 		"terminated pid " + itoa(oldPID) + ": its backend is gone",
 		"pid " + itoa(newPID) + " took over poller within ",
 		"application poller-b, client 127.0.0.1:",
-		"may run on until it notices",
-		"lease package notices within milliseconds",
+		"program may still be stopping",
+		"stop fence",
 	} {
 		if !strings.Contains(res.Stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, res.Stdout)
@@ -112,7 +113,7 @@ func TestFailoverMovesTheLeaseToTheStandBy(t *testing.T) {
 
 	// Again, by key and with -o json: the stand-by is now the old holder.
 	nextPID, _ := standBy(t, "poller-c", foPollerKey)
-	js := failover(t, "--key", strconv.Itoa(foPollerKey), "--yes", "-o", "json")
+	js := failover(t, "--key", strconv.Itoa(foPollerKey), "--yes", "--force", "-o", "json")
 	if js.Code != 0 {
 		t.Fatalf("-o json: exit %d\n%s%s", js.Code, js.Stdout, js.Stderr)
 	}
@@ -122,10 +123,11 @@ func TestFailoverMovesTheLeaseToTheStandBy(t *testing.T) {
 	}
 	if doc.Role == nil || *doc.Role != "poller" || doc.Key != strconv.Itoa(foPollerKey) || doc.OldHolder.PID == nil || *doc.OldHolder.PID != newPID ||
 		!doc.OldGone || !doc.TookOver || doc.NewHolder == nil || *doc.NewHolder.PID != nextPID || doc.NewHolder.ApplicationName != "poller-c" ||
-		doc.TakeoverMS == nil || *doc.TakeoverMS <= 0 || doc.TakeoverClock == nil || doc.ViaProxy || doc.Server.Port != testLab.Primary.Port {
+		doc.TakeoverMS == nil || *doc.TakeoverMS <= 0 || doc.TakeoverClock == nil || doc.ViaProxy || doc.Server.Port != testLab.Primary.Port ||
+		doc.Path != "terminate" || doc.Resign != nil || doc.TerminateMS == nil {
 		t.Errorf("JSON: %s", js.Stdout)
 	}
-	for _, field := range []string{`"old_holder"`, `"new_holder"`, `"takeover_ms"`, `"takeover_clock"`, `"terminate_ms"`, `"old_gone"`, `"via_proxy"`} {
+	for _, field := range []string{`"path"`, `"resign"`, `"old_holder"`, `"new_holder"`, `"takeover_ms"`, `"takeover_clock"`, `"terminate_ms"`, `"old_gone"`, `"via_proxy"`, `"released_before_signal"`} {
 		if !strings.Contains(js.Stdout, field) {
 			t.Errorf("JSON lacks %s", field)
 		}
@@ -147,7 +149,7 @@ func TestFailoverWithoutYesOnNonTerminalTerminatesNothing(t *testing.T) {
 		t.Fatalf("exit %d, want 2\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
 	row(t, res.Stdout, "poller", "HELD", itoa(pid), "poller-a")
-	if !strings.Contains(res.Stdout, "Would terminate pid "+itoa(pid)) || !strings.Contains(res.Stdout, "Nothing was terminated") {
+	if !strings.Contains(res.Stdout, "Would ask pid "+itoa(pid)) || !strings.Contains(res.Stdout, "to step down") || !strings.Contains(res.Stdout, "Nothing was done") {
 		t.Errorf("does not say what it would do:\n%s", res.Stdout)
 	}
 	if !strings.Contains(res.Stderr, "leasectl failover poller --yes") || strings.Contains(res.Stderr, "Usage:") {
@@ -161,11 +163,11 @@ func TestFailoverWithoutYesOnNonTerminalTerminatesNothing(t *testing.T) {
 func TestFailoverAsksOnATerminal(t *testing.T) {
 	_, pid := leader(t, testLab.DirectDSN(), "poller-a", foPollerKey)
 	standByPID, _ := standBy(t, "poller-b", foPollerKey)
-	args := []string{"--dsn", testLab.DirectDSN(), "--keys", foKeys(t), "failover", "poller"}
+	args := []string{"--dsn", testLab.DirectDSN(), "--keys", foKeys(t), "failover", "poller", "--force"}
 
 	for _, no := range []string{"n\n", "\n", "yess\n", ""} {
 		res := runCLIWith(t, context.Background(), nil, true, no, args...)
-		if res.Code != ExitCheckFailed || !strings.Contains(res.Stdout, "[y/N]") || !strings.Contains(res.Stderr, "nothing was terminated") {
+		if res.Code != ExitCheckFailed || !strings.Contains(res.Stdout, "Terminate pid "+itoa(pid)) || !strings.Contains(res.Stdout, "[y/N]") || !strings.Contains(res.Stderr, "nothing was done") {
 			t.Errorf("answer %q: exit %d\n%s%s", no, res.Code, res.Stdout, res.Stderr)
 		}
 		if !alive(t, pid) {
@@ -215,7 +217,7 @@ func TestFailoverTerminatesNothingWhenTheHolderChanged(t *testing.T) {
 		IO:     &IOStreams{In: strings.NewReader("y\n"), Out: out, ErrOut: &errOut, InTTY: true, OutTTY: true},
 		Getenv: func(string) string { return "" },
 	}
-	code := Run(ctx, app, []string{"--dsn", testLab.DirectDSN(), "--keys", foKeys(t), "failover", "poller"})
+	code := Run(ctx, app, []string{"--dsn", testLab.DirectDSN(), "--keys", foKeys(t), "failover", "poller", "--force"})
 	if code != ExitCheckFailed || !strings.Contains(errOut.String(), "pid "+itoa(firstPID)+" no longer holds") ||
 		!strings.Contains(errOut.String(), "nothing was terminated") {
 		t.Fatalf("exit %d, stderr %q; want 1 and the holder changed", code, errOut.String())
@@ -238,7 +240,7 @@ func TestFailoverNeedsPermission(t *testing.T) {
 	_, pid := leader(t, holderDSN, "poller-a", foPollerKey)
 	dsn := fmt.Sprintf("postgres://fo_cmd_operator:%s@127.0.0.1:%d/postgres?sslmode=disable", url.QueryEscape(password), testLab.Primary.Port)
 
-	res := runCLI(t, nil, "--dsn", dsn, "--keys", foKeys(t), "failover", "poller", "--yes")
+	res := runCLI(t, nil, "--dsn", dsn, "--keys", foKeys(t), "failover", "poller", "--yes", "--force")
 	if res.Code != ExitUnavailable || !strings.Contains(res.Stderr, `GRANT pg_signal_backend TO "fo_cmd_operator"`) {
 		t.Fatalf("exit %d, stderr %q; want 3 with the grant", res.Code, res.Stderr)
 	}
@@ -254,7 +256,7 @@ func TestFailoverNeedsPermission(t *testing.T) {
 
 func TestFailoverGivesUpWithoutStandBy(t *testing.T) {
 	_, pid := leader(t, testLab.DirectDSN(), "lonely", foPollerKey)
-	res := failover(t, "poller", "--yes", "--wait", "300ms")
+	res := failover(t, "poller", "--yes", "--force", "--wait", "300ms")
 	if res.Code != ExitCheckFailed || !strings.Contains(res.Stderr, "no stand-by took over") {
 		t.Fatalf("exit %d, stderr %q; want 1, no stand-by took over", res.Code, res.Stderr)
 	}
@@ -264,7 +266,7 @@ func TestFailoverGivesUpWithoutStandBy(t *testing.T) {
 	if alive(t, pid) {
 		t.Errorf("the holder %d is still there", pid)
 	}
-	js := failover(t, "poller", "--yes", "-o", "json")
+	js := failover(t, "poller", "--yes", "--force", "-o", "json")
 	if js.Code != ExitCheckFailed || js.Stdout != "" {
 		t.Errorf("nothing held: exit %d, stdout %q; want 1 and no document", js.Code, js.Stdout)
 	}
@@ -296,7 +298,7 @@ func TestFailoverThroughPoolers(t *testing.T) {
 	ctx := context.Background()
 	client, _ := leader(t, testLab.PoolerDSN("session"), "pooled-worker", foPollerKey)
 	standByPID, _ := standBy(t, "poller-b", foPollerKey)
-	res := runCLI(t, nil, "--dsn", testLab.PoolerDSN("transaction"), "--keys", foKeys(t), "failover", "poller", "--yes")
+	res := runCLI(t, nil, "--dsn", testLab.PoolerDSN("transaction"), "--keys", foKeys(t), "failover", "poller", "--yes", "--force")
 	if res.Code != 0 {
 		t.Fatalf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
@@ -350,5 +352,83 @@ func TestFailoverUsage(t *testing.T) {
 	}
 	if comp := runCLI(t, nil, "__complete", "failover", "--keys", "../keys.yaml", "poller", ""); strings.Contains(comp.Stdout, "scheduler") {
 		t.Errorf("a second ROLE is offered:\n%s", comp.Stdout)
+	}
+}
+
+// TestFailoverAsksTheLeaderToStepDown: with two `leasectl run` replicas of
+// one role, failover asks the leader to step down; it answers, stops its
+// program (which takes 300 ms), releases the key, and the stand-by takes
+// over, starting its program only after the old one exited. Nothing is
+// terminated.
+func TestFailoverAsksTheLeaderToStepDown(t *testing.T) {
+	f := newRunFixture(t, "poller", 9200101)
+	env := runEnv(f, testLab.DirectDSN())
+	args := append([]string{"--role", "poller", "--retry-interval", "200ms", "--log-format", "json", "--"}, f.witnessArgs("-stop-delay", "300ms")...)
+	first := startRun(t, env, args...)
+	lead := f.next(leasetest.Start)
+	second := startRun(t, env, args...)
+	second.stderr.WaitFor(t, `"state":"standing_by"`, 1, hang)
+	oldBackend, _ := strconv.Atoi(lead.BackendPID)
+
+	res := runCLI(t, nil, "--dsn", testLab.DirectDSN(), "--keys", f.keys, "failover", "poller", "--yes", "-o", "json")
+	if res.Code != 0 {
+		t.Fatalf("exit %d\n%s%s\nleader:\n%s\nstand-by:\n%s", res.Code, res.Stdout, res.Stderr, first.stderr, second.stderr)
+	}
+	var doc failoverCmdJSON
+	if err := json.Unmarshal([]byte(res.Stdout), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, res.Stdout)
+	}
+	if doc.Path != "graceful" || doc.Resign == nil || !doc.Resign.Answered || !doc.Resign.Released || doc.Resign.Fallback != nil ||
+		doc.TerminateMS != nil || doc.OldGone || !doc.TookOver || doc.NewHolder == nil || doc.OldHolder.PID == nil || int(*doc.OldHolder.PID) != oldBackend {
+		t.Errorf("JSON: %s", res.Stdout)
+	}
+	term := f.next(leasetest.Term)
+	exit := f.next(leasetest.Exit)
+	next := f.next(leasetest.Start)
+	if term.PID != lead.PID || exit.PID != lead.PID || next.PID == lead.PID {
+		t.Errorf("events: term %+v, exit %+v, start %+v; want the old program stopped, then a new one", term, exit, next)
+	}
+	if next.BackendPID == lead.BackendPID || doc.NewHolder.PID == nil || strconv.Itoa(int(*doc.NewHolder.PID)) != next.BackendPID {
+		t.Errorf("the new program runs under backend %s, the new holder is %v", next.BackendPID, doc.NewHolder.PID)
+	}
+	if !alive(t, int32(oldBackend)) {
+		t.Errorf("the old leader's backend %d was terminated", oldBackend)
+	}
+	for _, want := range []string{`"msg":"asked to step down (leasectl failover): stopping work, then releasing the key"`, `"msg":"stepped down on request; standing by again"`} {
+		if !strings.Contains(first.stderr.String(), want) {
+			t.Errorf("the old leader's log lacks %s:\n%s", want, first.stderr)
+		}
+	}
+	// The old leader stands by again; the text output of the next failover
+	// says how it went.
+	first.stderr.WaitFor(t, `"state":"standing_by"`, 2, hang)
+	res = runCLI(t, nil, "--dsn", testLab.DirectDSN(), "--keys", f.keys, "failover", "poller", "--yes")
+	if res.Code != 0 || !strings.Contains(res.Stdout, "stepped down on request: it answered in") || !strings.Contains(res.Stdout, "after the request") {
+		t.Errorf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
+	f.next(leasetest.Start)
+}
+
+// TestFailoverTerminatesALeaderThatDoesNotAnswer: a holder that does not
+// listen for the request (not a lease of leasectl's) is terminated once
+// --timeout has passed.
+func TestFailoverTerminatesALeaderThatDoesNotAnswer(t *testing.T) {
+	_, pid := leader(t, testLab.DirectDSN(), "old-worker", foPollerKey)
+	standByPID, _ := standBy(t, "poller-b", foPollerKey)
+	res := runCLI(t, nil, "--timeout", "1s", "--dsn", testLab.DirectDSN(), "--keys", foKeys(t), "failover", "poller", "--yes")
+	if res.Code != 0 {
+		t.Fatalf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
+	for _, want := range []string{
+		"asked pid " + itoa(pid) + " to step down, but the leader did not answer the request to step down within 1s",
+		"terminated pid " + itoa(pid),
+		"pid " + itoa(standByPID) + " took over poller",
+	} {
+		if !strings.Contains(res.Stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, res.Stdout)
+		}
+	}
+	if alive(t, pid) {
+		t.Errorf("the holder %d is still there", pid)
 	}
 }

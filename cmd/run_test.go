@@ -565,3 +565,96 @@ func TestRunCompletesRoles(t *testing.T) {
 		t.Errorf("completion of --role: exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
 }
+
+// TestRunStopsDaemonsBeforeReleasingTheKey: a program that starts a daemon
+// and exits: the daemon left the program's process group and session
+// (setsid), and in the double-fork case also cleared its environment, so
+// only leasectl being a child subreaper finds it. leasectl stops it before
+// it releases the key: when the stand-by's program starts, the daemon is
+// gone.
+func TestRunStopsDaemonsBeforeReleasingTheKey(t *testing.T) {
+	for i, tc := range []struct{ name, script string }{
+		{"setsid", `setsid sleep 1002 </dev/null >/dev/null 2>&1 & echo $! > "$DAEMON_PID"; sleep 1`},
+		{"double fork without environment", `(env -i setsid sleep 1003 </dev/null >/dev/null 2>&1 & echo $! > "$DAEMON_PID"); sleep 1`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newRunFixture(t, "poller", int64(9200020+i))
+			pidFile := filepath.Join(f.dir, "daemon.pid")
+			cmd := exec.Command(f.leasectl, "run", "--role", "poller", "--grace", "5s", "--", "sh", "-c", tc.script)
+			cmd.Env = append(os.Environ(), "LEASECTL_DSN="+testLab.DirectDSN(), "LEASECTL_KEYS="+f.keys, "DAEMON_PID="+pidFile)
+			var log leasetest.Buffer
+			cmd.Stderr = &log
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+			var daemon int
+			for deadline := time.Now().Add(hang); daemon == 0; time.Sleep(10 * time.Millisecond) {
+				if data, err := os.ReadFile(pidFile); err == nil {
+					daemon, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the program did not start its daemon:\n%s", &log)
+				}
+			}
+			t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+			standby := f.startReplica(testLab.DirectDSN())
+			next := f.next(leasetest.Start)
+			if running(daemon) {
+				t.Errorf("the stand-by's program (pid %d) started while the daemon %d of the old leader still runs:\n%s", next.PID, daemon, &log)
+			}
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("leasectl run: %v (want exit 0, the program's status)\n%s", err, &log)
+			}
+			if !strings.Contains(log.String(), "the program exited; stopping what is left of its tree") {
+				t.Errorf("the log does not say that the daemon was stopped:\n%s", &log)
+			}
+			if code := standby.stop(t); code != 0 {
+				t.Errorf("stand-by exit %d", code)
+			}
+		})
+	}
+}
+
+// TestRunGraceIsOneDeadline: --grace counts from the first signal, for the
+// program and everything it started: a program and a daemon of it that both
+// ignore SIGTERM are SIGKILLed once --grace has passed, not after a second
+// grace period for the daemon. The bound below leaves half the grace period
+// of slack; the old behaviour took two grace periods.
+func TestRunGraceIsOneDeadline(t *testing.T) {
+	f := newRunFixture(t, "poller", 9200030)
+	const grace = 3 * time.Second
+	cmd := exec.Command(f.leasectl, "run", "--role", "poller", "--grace", grace.String(), "--", "sh", "-c",
+		`trap "" TERM; setsid sh -c 'trap "" TERM; echo $$ > "$READY"; while :; do sleep 1; done' </dev/null >/dev/null 2>&1 & while :; do sleep 1; done`)
+	ready := filepath.Join(f.dir, "daemon.pid")
+	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+testLab.DirectDSN(), "LEASECTL_KEYS="+f.keys, "READY="+ready)
+	var log leasetest.Buffer
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var daemon int
+	for deadline := time.Now().Add(hang); daemon == 0; time.Sleep(10 * time.Millisecond) {
+		if data, err := os.ReadFile(ready); err == nil {
+			daemon, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the program did not start its daemon:\n%s", &log)
+		}
+	}
+	t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+	signalled := time.Now()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	took := time.Since(signalled)
+	if code := cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGKILL) {
+		t.Errorf("exit %d, want %d (the program was SIGKILLed)\n%s", code, 128+int(syscall.SIGKILL), &log)
+	}
+	if took > grace+grace/2 {
+		t.Errorf("stopping took %s with --grace %s: the grace period was restarted\n%s", took.Round(time.Millisecond), grace, &log)
+	}
+	if running(daemon) {
+		t.Errorf("the daemon %d outlived leasectl run:\n%s", daemon, &log)
+	}
+}

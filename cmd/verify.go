@@ -19,6 +19,7 @@ type verifyOptions struct {
 	app       *App
 	Roles     []string
 	Failover  bool
+	Force     bool
 	Yes       bool
 	Within    time.Duration
 	PoolerDSN string
@@ -35,9 +36,10 @@ post-deploy checks. For each role of keys.yaml (or each ROLE named):
 
   one_leader        exactly one session holds the role's key, and it is not
                     stale (idle longer than --stale)
-  clean_failover    with --failover --yes: terminate the leader, and a
-                    different session must take over within --within, with
-                    the old backend gone
+  clean_failover    with --failover --yes: move the lease as failover does
+                    (ask the leader to step down; terminate it if it does
+                    not answer, or at once with --force), and a different
+                    session must take over within --within
   pooler_rejection  with --pooler-dsn: the session-stability probe must
                     refuse that DSN (the pooler workers must not hold leases
                     over)
@@ -45,8 +47,8 @@ post-deploy checks. For each role of keys.yaml (or each ROLE named):
 One line per check and role, pass / fail / skip with why. Exit 0 when no
 check failed (skipped ones were not asked for), 1 otherwise.
 
---failover terminates every checked role's leader: without --yes it asks on
-a terminal, and with no terminal it exits 2 without doing anything.`,
+--failover moves every checked role's lease: without --yes it asks on a
+terminal, and with no terminal it exits 2 without doing anything.`,
 		Example: `  leasectl verify                                    # one_leader for every role
   leasectl verify poller --failover --yes --within 10s
   leasectl verify --pooler-dsn "$PGBOUNCER_TX_DSN" -o json`,
@@ -57,7 +59,8 @@ a terminal, and with no terminal it exits 2 without doing anything.`,
 		},
 	}
 	f := c.Flags()
-	f.BoolVar(&opts.Failover, "failover", false, "also force a failover of each role and time the takeover (needs --yes, or a yes on the terminal)")
+	f.BoolVar(&opts.Failover, "failover", false, "also fail each role over and time the takeover (needs --yes, or a yes on the terminal)")
+	f.BoolVar(&opts.Force, "force", false, "with --failover: terminate each leader at once instead of asking it to step down")
 	f.BoolVar(&opts.Yes, "yes", false, "confirm --failover without asking")
 	f.DurationVar(&opts.Within, "within", 15*time.Second, "how soon a stand-by must take over in clean_failover")
 	f.StringVar(&opts.PoolerDSN, "pooler-dsn", "", "a pooler DSN that the probe must refuse (pooler_rejection)")
@@ -105,7 +108,7 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 		for i, r := range roles {
 			names[i] = r.Name
 		}
-		what := fmt.Sprintf("--failover terminates the leader of %s to time the takeover", strings.Join(names, ", "))
+		what := fmt.Sprintf("--failover moves the lease of %s to a stand-by to time the takeover", strings.Join(names, ", "))
 		if !app.IO.InTTY {
 			return &InputError{Err: fmt.Errorf("%s; there is no terminal to ask on, so nothing was checked: add --yes to go ahead", what)}
 		}
@@ -118,7 +121,7 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 			return err
 		}
 		if !ok {
-			return &CheckFailedError{Message: "not confirmed: nothing was checked or terminated"}
+			return &CheckFailedError{Message: "not confirmed: nothing was checked or moved"}
 		}
 	}
 
@@ -131,6 +134,7 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 		Roles:        roles,
 		StaleAfter:   opts.Stale,
 		Failover:     opts.Failover,
+		Force:        opts.Force,
 		Within:       opts.Within,
 		PoolerConfig: pooler,
 		Timeout:      app.Global.Timeout,

@@ -32,7 +32,7 @@ func TestVerifyPassesOnAHealthyDeployment(t *testing.T) {
 	pollerStandBy, _ := standBy(t, "poller-b", foPollerKey)
 	schedulerStandBy, _ := standBy(t, "scheduler-b", foSchedulerKey)
 
-	res := verifyCmd(t, twoRoles(t), "--failover", "--yes", "--pooler-dsn", testLab.PoolerDSN("transaction"))
+	res := verifyCmd(t, twoRoles(t), "--failover", "--yes", "--force", "--pooler-dsn", testLab.PoolerDSN("transaction"))
 	if res.Code != 0 {
 		t.Fatalf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
@@ -113,7 +113,7 @@ func TestVerifyFailoverNeedsConfirmation(t *testing.T) {
 		t.Errorf("--failover without --yes and terminal: exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
 	tty := runCLIWith(t, t.Context(), nil, true, "n\n", "--dsn", testLab.DirectDSN(), "--keys", foKeys(t), "verify", "poller", "--failover")
-	if tty.Code != ExitCheckFailed || !strings.Contains(tty.Stdout, "terminates the leader of poller") {
+	if tty.Code != ExitCheckFailed || !strings.Contains(tty.Stdout, "moves the lease of poller to a stand-by") {
 		t.Errorf("answer n: exit %d\n%s%s", tty.Code, tty.Stdout, tty.Stderr)
 	}
 	if !alive(t, pid) {

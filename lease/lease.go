@@ -292,11 +292,10 @@ func (r *runner) onConnection(ctx context.Context, s *sessions) outcome {
 		if !out.resigned {
 			return out
 		}
-		// Stepped down on request: leave the key to the stand-bys that
-		// wait for it before standing by again.
-		if !sleep(ctx, r.cfg.RetryInterval) {
-			return outcome{final: true, err: context.Cause(ctx)}
-		}
+		// Stepped down on request. The server granted the key to the first
+		// stand-by in its queue the moment it was released, so waiting for
+		// it again now queues behind them; only with no stand-by waiting
+		// does this replica lead again.
 	}
 }
 

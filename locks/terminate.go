@@ -87,8 +87,11 @@ type Termination struct {
 	// monotonic reading): the signal goes out a round trip's half later.
 	Sent time.Time
 	// ServerStart is the server's clock at the start of the statement
-	// (statement_timestamp()), just before it sent the signal.
+	// (statement_timestamp()), before it checked the holder.
 	ServerStart time.Time
+	// SignalAt is the server's clock after the holder check, just before
+	// the signal; zero when nothing was signalled.
+	SignalAt time.Time
 	// Took is how long the statement took: signalling, and waiting for the
 	// backend to exit. pg_terminate_backend checks for the exit every
 	// 100 ms, so this is rarely less, although the backend (and its lock)
@@ -115,7 +118,14 @@ func (t Termination) Returned() time.Time { return t.Sent.Add(t.Took) }
 // signal was sent, which says nothing about the lock. The CASE calls it
 // only when every condition holds (it is volatile, so never pre-computed);
 // terminated is NULL when the holder changed. statement_timestamp() is the
-// server's clock just before the signal, for measuring the takeover.
+// server's clock at the start of the statement, for measuring the takeover;
+// signal_at is its clock right after the holder check, just before the
+// signal (recorded with set_config in the subquery that sends it).
+//
+// The check and the signal are one statement, not one atomic step: a
+// holder that releases the key in the microseconds between them is
+// terminated anyway. AwaitTakeover tells when that happened
+// (Takeover.BeforeSignal).
 const TerminateSQL = `SELECT statement_timestamp() AS signalled, pg_is_in_recovery() AS standby,
        $3::int = pg_backend_pid() AS own,
        CASE WHEN NOT pg_is_in_recovery() AND $3::int <> pg_backend_pid() AND EXISTS (
@@ -124,7 +134,9 @@ const TerminateSQL = `SELECT statement_timestamp() AS signalled, pg_is_in_recove
                  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
                  AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid
                  AND l.pid = $3::int AND a.backend_start IS NOT DISTINCT FROM $5::timestamptz)
-            THEN pg_terminate_backend($3::int, $6::bigint) END AS terminated`
+            THEN (SELECT pg_terminate_backend($3::int, $6::bigint)
+                    FROM (SELECT set_config('leasectl.signal_at', clock_timestamp()::text, true)) s) END AS terminated,
+       nullif(current_setting('leasectl.signal_at', true), '')::timestamptz AS signal_at`
 
 // Terminate ends the backend of holder, which [Read] found holding key, and
 // waits up to timeout for it to exit: the lock dies with it. The holder is
@@ -154,7 +166,8 @@ func Terminate(ctx context.Context, q Querier, key Key, holder Session, timeout 
 	t.Sent = time.Now()
 	var standby, own bool
 	var terminated *bool
-	err := queryRow(sctx, q, []any{&t.ServerStart, &standby, &own, &terminated}, TerminateSQL,
+	var signalAt *time.Time
+	err := queryRow(sctx, q, []any{&t.ServerStart, &standby, &own, &terminated, &signalAt}, TerminateSQL,
 		int64(classid), int64(objid), holder.PID, int16(key.Form), start, timeout.Milliseconds())
 	t.Took = time.Since(t.Sent)
 	var pgErr *pgconn.PgError
@@ -173,6 +186,9 @@ func Terminate(ctx context.Context, q Querier, key Key, holder Session, timeout 
 		return t, fmt.Errorf("pid %d no longer holds key %s: %w", holder.PID, key, ErrHolderChanged)
 	}
 	t.Gone = *terminated
+	if signalAt != nil {
+		t.SignalAt = *signalAt
+	}
 	return t, nil
 }
 
@@ -232,6 +248,11 @@ type Takeover struct {
 	Now time.Time
 	// Polls is how many reads it took.
 	Polls int
+	// BeforeSignal: by the server's clock the new holder already held the
+	// key before the signal (its last state change, which follows the
+	// statement that took the key, came before it). The terminated holder
+	// had released the key in the moment between the check and the signal.
+	BeforeSignal bool
 }
 
 // measureTakeover bounds the takeover by h, seen by the client at seen,
@@ -301,7 +322,8 @@ func AwaitTakeover(ctx context.Context, q Querier, key Key, old Session, term Te
 		for _, h := range snap.Find(key).Holders {
 			if IsTakeover(old, h) {
 				after, server := measureTakeover(term, h, seen)
-				return Takeover{Holder: h, After: after, ByServerClock: server, Now: snap.Now, Polls: polls}, nil
+				before := strings.HasPrefix(h.State, "idle") && !term.SignalAt.IsZero() && h.StateChange.Before(term.SignalAt)
+				return Takeover{Holder: h, After: after, ByServerClock: server, Now: snap.Now, Polls: polls, BeforeSignal: before}, nil
 			}
 		}
 		if !seen.Before(deadline) {

@@ -55,7 +55,7 @@ func TestFailoverTerminatesExactlyTheHolderAndAStandByTakesOver(t *testing.T) {
 			if target.Holder.PID != leaderPID || target.Lease.Role != "poller" || target.ViaProxy || target.Holder.Application != "leader-a" {
 				t.Fatalf("target %+v, want pid %d of role poller, direct", target, leaderPID)
 			}
-			res, err := target.Failover(ctx, observer, locks.FailoverOptions{Wait: time.Minute})
+			res, err := target.Failover(ctx, observer, locks.FailoverOptions{Wait: time.Minute, Force: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -227,7 +227,7 @@ func TestAwaitTakeoverGivesUpWithoutStandBy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := target.Failover(ctx, observer, locks.FailoverOptions{Wait: 200 * time.Millisecond})
+	res, err := target.Failover(ctx, observer, locks.FailoverOptions{Wait: 200 * time.Millisecond, Force: true})
 	if !errors.Is(err, locks.ErrNoTakeover) || res == nil || !res.Termination.Gone || res.Takeover != nil {
 		t.Fatalf("Failover without stand-by = %+v, %v; want the termination and ErrNoTakeover", res, err)
 	}

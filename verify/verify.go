@@ -57,9 +57,14 @@ type Options struct {
 	// StaleAfter is how long a leader may idle before one_leader calls it
 	// stale; default 45s (three missed 15 s heartbeats).
 	StaleAfter time.Duration
-	// Failover runs clean_failover: it terminates each role's leader. The
-	// caller has had that confirmed.
+	// Failover runs clean_failover: it moves each role's lease to a
+	// stand-by, as locks.Target.Failover does (asking the leader to step
+	// down, terminating it when it does not). The caller has had that
+	// confirmed.
 	Failover bool
+	// Force terminates each leader at once instead of asking it to step
+	// down.
+	Force bool
 	// Within is how soon after the termination a stand-by must take over;
 	// default 15s.
 	Within time.Duration
@@ -178,7 +183,7 @@ func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.Lease
 	r := Result{Check: CheckCleanFailover, Role: l.Role, Key: l.Key, Status: Skip}
 	switch {
 	case !o.Failover:
-		r.Detail = "not asked for (--failover --yes terminates each leader and times the takeover)"
+		r.Detail = "not asked for (--failover --yes moves each role's lease to a stand-by and times the takeover)"
 		return r
 	case leader.Status != Pass:
 		r.Detail = "no single live leader to fail over"
@@ -192,22 +197,33 @@ func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.Lease
 		r.Detail = err.Error()
 		return r
 	}
-	res, err := target.Failover(ctx, conn, locks.FailoverOptions{TerminateTimeout: o.Timeout, Wait: o.Within})
+	res, err := target.Failover(ctx, conn, locks.FailoverOptions{TerminateTimeout: o.Timeout, Wait: o.Within, Force: o.Force})
 	r.Failover = res
 	old := target.Holder
+	did := "terminated " + old.Describe()
+	if res != nil && res.Path == locks.PathGraceful {
+		did = old.Describe() + " stepped down on request"
+	}
 	switch {
 	case res == nil:
-		r.Detail = "nothing terminated: " + err.Error()
+		r.Detail = "nothing done: " + err.Error()
 	case errors.Is(err, locks.ErrNoTakeover):
-		r.Detail = fmt.Sprintf("terminated %s, but no stand-by took over within %s", old.Describe(), o.Within)
+		r.Detail = fmt.Sprintf("%s, but no stand-by took over within %s", did, o.Within)
 	case err != nil:
-		r.Detail = fmt.Sprintf("terminated %s, then: %v", old.Describe(), err)
-	case !res.Termination.Gone:
+		r.Detail = fmt.Sprintf("%s, then: %v", did, err)
+	case res.Termination != nil && !res.Termination.Gone:
 		r.Detail = fmt.Sprintf("%s took over, but pid %d had not exited %s after it was signalled", res.Takeover.Holder.Describe(), old.PID, res.Termination.Took.Round(time.Millisecond))
+	case res.Path == locks.PathGraceful:
+		r.Status = Pass
+		r.Detail = fmt.Sprintf("%s took over from pid %d within %s of the request to step down (graceful)",
+			res.Takeover.Holder.Describe(), old.PID, res.Takeover.After.Round(100*time.Microsecond))
 	default:
 		r.Status = Pass
 		r.Detail = fmt.Sprintf("%s took over from pid %d within %s of the signal; pid %d is gone",
 			res.Takeover.Holder.Describe(), old.PID, res.Takeover.After.Round(100*time.Microsecond), old.PID)
+		if res.Resign != nil && res.Resign.Fallback != "" {
+			r.Detail += " (terminated: " + res.Resign.Fallback + ")"
+		}
 	}
 	return r
 }

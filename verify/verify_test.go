@@ -55,7 +55,7 @@ func TestHealthyDeploymentPassesEveryCheck(t *testing.T) {
 
 	conn := pgtest.Conn(t, testLab.DirectDSN(), "verify")
 	rep, err := verify.Run(ctx, conn, verify.Options{
-		Roles: roles, Failover: true, Within: time.Minute, PoolerConfig: parse(t, testLab.PoolerDSN("transaction")),
+		Roles: roles, Failover: true, Force: true, Within: time.Minute, PoolerConfig: parse(t, testLab.PoolerDSN("transaction")),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestEveryWayToFail(t *testing.T) {
 
 	conn := pgtest.Conn(t, testLab.DirectDSN(), "verify")
 	rep, err := verify.Run(ctx, conn, verify.Options{
-		Roles: roles, StaleAfter: time.Second, Failover: true, Within: 200 * time.Millisecond,
+		Roles: roles, StaleAfter: time.Second, Failover: true, Force: true, Within: 200 * time.Millisecond,
 		PoolerConfig: parse(t, testLab.PoolerDSN("session")),
 	})
 	if err != nil {
@@ -141,7 +141,7 @@ func TestEveryWayToFail(t *testing.T) {
 	// A live leader that nobody stands by for.
 	alone := []locks.Role{{Name: "alone", Key: 1840300015}}
 	alonePID := holdWith(t, "lonely-leader", alone[0].Key)
-	rep, err = verify.Run(ctx, conn, verify.Options{Roles: alone, Failover: true, Within: 200 * time.Millisecond})
+	rep, err = verify.Run(ctx, conn, verify.Options{Roles: alone, Failover: true, Force: true, Within: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,10 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -109,6 +112,8 @@ func TestFaults(t *testing.T) {
 		func(t *testing.T, f *fleet, res *result) { sigkills(t, f, res, p.kills) })
 	scenario("pg_terminate_backend of the leader's session", "defaults; the program takes 300 ms to stop", nil,
 		func(t *testing.T, f *fleet, res *result) { terminations(t, f, res, p.terminations) })
+	scenario("leasectl failover --yes (the leader steps down)", "defaults; the program takes 300 ms to stop", nil,
+		func(t *testing.T, f *fleet, res *result) { failovers(t, f, res, p.terminations) })
 	scenario("PostgreSQL restart ("+strings.Join(p.restarts, ", ")+")", "defaults, --takeover-delay 1s", []string{delay, "1s"},
 		func(t *testing.T, f *fleet, res *result) { restarts(t, f, res, p.restarts) })
 	scenario("network partition of the leader", p.partitionSettings, p.partitionFlags,
@@ -200,6 +205,54 @@ func terminations(t *testing.T, f *fleet, res *result, n int) {
 	res.stops, res.gaps = stops, gaps
 	res.notes = append(res.notes, fmt.Sprintf("the program takes %s to stop after SIGTERM; step-down (terminate → SIGTERM): %s; the old program exited %s after the termination, and the next one started %s after that exit (the stop fence)",
 		stopDelay, spread(stepDowns), spread(stops), spread(gaps)))
+}
+
+// failovers runs `leasectl failover ROLE --yes` n times, with default flags
+// and a program that takes stopDelay to stop: the leader is asked to step
+// down, stops its program, releases the key, and a stand-by takes over.
+func failovers(t *testing.T, f *fleet, res *result, n int) {
+	h, dsn := f.h, testLab.DirectDSN()
+	f.witnessFlags = []string{"-stop-delay", stopDelay.String()}
+	lead := f.startFive(direct, dsn, testLab.PoolerDSN("transaction"))
+	var stops, gaps, answers []time.Duration
+	paths := map[string]int{}
+	for i := range n {
+		from := h.mark()
+		t0 := time.Now()
+		cmd := exec.Command(h.leasectl, "failover", role, "--yes", "-o", "json")
+		cmd.Env = append(os.Environ(), "LEASECTL_DSN="+dsn, "LEASECTL_KEYS="+h.keys)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("failover %d: %v\n%s", i+1, err, out)
+		}
+		res.faults++
+		var doc struct {
+			Path   string `json:"path"`
+			Resign *struct {
+				AnswerMS float64 `json:"answer_ms"`
+			} `json:"resign"`
+		}
+		if err := json.Unmarshal(out, &doc); err != nil {
+			t.Fatalf("failover %d: %v\n%s", i+1, err, out)
+		}
+		paths[doc.Path]++
+		if doc.Resign != nil {
+			answers = append(answers, time.Duration(doc.Resign.AnswerMS*float64(time.Millisecond)))
+		}
+		exit := h.await(t, from, hang, fmt.Sprintf("the old program's exit after failover %d", i+1), isExitOf(lead.PID))
+		next := h.await(t, from, hang, fmt.Sprintf("a takeover after failover %d", i+1), isStart)
+		stops = append(stops, exit.At.Sub(t0))
+		gaps = append(gaps, next.At.Sub(exit.At))
+		res.takeovers = append(res.takeovers, next.At.Sub(t0))
+		lead = next
+		f.settled(f.of(lead))
+	}
+	if paths["graceful"] != n {
+		t.Errorf("failover paths %v, want every one graceful", paths)
+	}
+	res.stops, res.gaps = stops, gaps
+	res.notes = append(res.notes, fmt.Sprintf("paths %v; the leader answered the request %s after it was sent; its program (%s to stop) exited %s after failover started, and the next one started %s after that exit",
+		paths, spread(answers), stopDelay, spread(stops), spread(gaps)))
 }
 
 func isExitOf(pid int) func(leasetest.Event) bool {
