@@ -234,8 +234,8 @@ func TestRunPassesTheProgramsStatusAndEnvironment(t *testing.T) {
 			t.Errorf("an exit status of the program is not leasectl's error:\n%s", res.Stderr)
 		}
 		ev := f.next(leasetest.Start)
-		if ev.Role != "poller" || ev.Key != strconv.Itoa(key) || ev.BackendPID == "" || ev.LeaseFD != "socket" {
-			t.Errorf("the program saw role %q key %q backend %q fd 3 %q", ev.Role, ev.Key, ev.BackendPID, ev.LeaseFD)
+		if ev.Role != "poller" || ev.Key != strconv.Itoa(key) || ev.BackendPID == "" || ev.LeaseFD != "socket" || ev.FenceFD != "socket" {
+			t.Errorf("the program saw role %q key %q backend %q fd 3 %q fd 4 %q", ev.Role, ev.Key, ev.BackendPID, ev.LeaseFD, ev.FenceFD)
 		}
 	}
 	if !leasetest.KeyFree(t, testLab.DirectDSN(), key) {
@@ -289,6 +289,11 @@ func TestRunStepsDownWhenTheSessionIsTerminated(t *testing.T) {
 	r := startRun(t, runEnv(f, testLab.DirectDSN()), append([]string{"--role", "poller", "--retry-interval", "50ms", "--grace", "200ms",
 		"--log-format", "json", "--metrics-addr", "127.0.0.1:0", "--"}, f.witnessArgs("-ignore-term")...)...)
 	first := f.next(leasetest.Start)
+	host, _ := os.Hostname()
+	var app string
+	if err := pgtest.Conn(t, testLab.DirectDSN(), "observer").QueryRow(context.Background(), "SELECT application_name FROM pg_stat_activity WHERE pid = $1::int", first.BackendPID).Scan(&app); err != nil || app != "leasectl run poller@"+host {
+		t.Errorf("the lease session's application_name is %q (%v), want %q", app, err, "leasectl run poller@"+host)
+	}
 	metricsURL := regexp.MustCompile(`http://127\.0\.0\.1:\d+/metrics`).FindString(r.stderr.String())
 	waitMetrics(t, metricsURL, `leasectl_lease_leader{role="poller",key="9200005"} 1`)
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -427,5 +428,92 @@ func TestCommandRunsOnlyUnderTheLease(t *testing.T) {
 	}
 	if err := (&lease.Command{Path: w}).Work(context.Background()); err == nil {
 		t.Error("Command.Work outside lease.Run started a program")
+	}
+}
+
+// TestNewLeaderWaitsForTheStopFence: when the server ends the leader's
+// session (pg_terminate_backend), a stand-by gets the key at once, but must
+// not start work until the old leader's work has returned: the old leader
+// holds the stop fence until then. The order is asserted, not a time.
+func TestNewLeaderWaitsForTheStopFence(t *testing.T) {
+	const key = 9100020
+	var mu sync.Mutex
+	var events []string
+	note := func(e string) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	}
+	started := make(chan uint32, 4)
+	work := func(name string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			s, _ := lease.SessionFrom(ctx)
+			note(name + " started")
+			started <- s.BackendPID
+			<-ctx.Done()
+			time.Sleep(300 * time.Millisecond) // draining
+			note(name + " returned")
+			return nil
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	recA, recB := newRecorder(), newRecorder()
+	a := start(ctx, baseConfig(testLab.DirectDSN(), key, recA), work("A"))
+	pidA := <-started
+	b := start(ctx, baseConfig(testLab.DirectDSN(), key, recB), work("B"))
+	recB.waitFor(t, lease.StandingBy)
+
+	terminate(t, key, pidA)
+	pidB := <-started
+	if pidB == pidA {
+		t.Fatalf("B leads on A's terminated backend %d", pidA)
+	}
+	cancel()
+	a.wait(t)
+	b.wait(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) < 3 || events[0] != "A started" || events[1] != "A returned" || events[2] != "B started" {
+		t.Errorf("events %q: B's work must start only after A's returned", events)
+	}
+}
+
+// TestSessionsNameTheReplica: the lease and stop fence sessions carry
+// application_name "leasectl lease ROLE@HOST" (and " fence"), unless the DSN
+// names itself; the fence session holds the key's fence while work runs.
+func TestSessionsNameTheReplica(t *testing.T) {
+	const key = 9100021
+	host, _ := os.Hostname()
+	for _, tc := range []struct {
+		dsn, want string
+	}{
+		{testLab.DirectDSN(), "leasectl lease test@" + host},
+		{testLab.DirectDSN() + "&application_name=poller-7f9c", "poller-7f9c"},
+	} {
+		ctx, cancel := context.WithCancel(context.Background())
+		got := make(chan [2]string, 1)
+		observer := pgtest.Conn(t, testLab.DirectDSN(), "observer")
+		r := start(ctx, baseConfig(tc.dsn, key, newRecorder()), func(ctx context.Context) error {
+			s, _ := lease.SessionFrom(ctx)
+			var main, fence string
+			err := observer.QueryRow(ctx, `SELECT
+  (SELECT application_name FROM pg_stat_activity WHERE pid = $1),
+  (SELECT a.application_name FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND a.pid = $2
+      AND l.classid = $3::bigint::oid AND l.objid = $4::bigint::oid)`,
+				int32(s.BackendPID), int32(s.FenceBackendPID), int64(uint64(key)>>32), int64(uint32(key))).Scan(&main, &fence)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- [2]string{main, fence}
+			return nil
+		})
+		names := <-got
+		r.wait(t)
+		cancel()
+		if names[0] != tc.want || names[1] != tc.want+" fence" {
+			t.Errorf("DSN %s: lease session %q, fence session %q; want %q and %q fence", tc.dsn, names[0], names[1], tc.want, tc.want)
+		}
 	}
 }

@@ -44,6 +44,7 @@ type Event struct {
 	Role       string `json:"role,omitempty"`
 	Key        string `json:"key,omitempty"`
 	LeaseFD    string `json:"lease_fd,omitempty"`
+	FenceFD    string `json:"fence_fd,omitempty"`
 	// At is when the listener received the event (its own clock).
 	At time.Time `json:"-"`
 }

@@ -18,6 +18,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -48,7 +49,7 @@ func main() {
 		ev := leasetest.Event{
 			Kind: kind, Detail: detail, PID: os.Getpid(), PPID: os.Getppid(),
 			BackendPID: os.Getenv("LEASECTL_BACKEND_PID"), Role: os.Getenv("LEASECTL_ROLE"), Key: os.Getenv("LEASECTL_KEY"),
-			LeaseFD: leaseFD(),
+			LeaseFD: fdKind("LEASECTL_LEASE_FD", 3), FenceFD: fdKind("LEASECTL_FENCE_FD", 4),
 		}
 		if out != nil {
 			_ = out.Encode(ev)
@@ -85,13 +86,14 @@ func main() {
 	}
 }
 
-// leaseFD describes descriptor 3 as leasectl run passes it.
-func leaseFD() string {
-	if os.Getenv("LEASECTL_LEASE_FD") != "3" {
+// fdKind describes descriptor fd, which leasectl run passes and names in
+// the environment variable env.
+func fdKind(env string, fd int) string {
+	if os.Getenv(env) != strconv.Itoa(fd) {
 		return ""
 	}
 	var st syscall.Stat_t
-	if err := syscall.Fstat(3, &st); err != nil {
+	if err := syscall.Fstat(fd, &st); err != nil {
 		return "error: " + err.Error()
 	}
 	if st.Mode&syscall.S_IFMT == syscall.S_IFSOCK {
