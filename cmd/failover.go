@@ -262,7 +262,7 @@ func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, wai
 	}
 	since := "of the signal"
 	if res.Path == locks.PathGraceful {
-		since = "after the request"
+		since = "of the request"
 	}
 	if tk := res.Takeover; tk != nil {
 		h := tk.Holder

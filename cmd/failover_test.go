@@ -403,7 +403,7 @@ func TestFailoverAsksTheLeaderToStepDown(t *testing.T) {
 	// says how it went.
 	first.stderr.WaitFor(t, `"state":"standing_by"`, 2, hang)
 	res = runCLI(t, nil, "--dsn", testLab.DirectDSN(), "--keys", f.keys, "failover", "poller", "--yes")
-	if res.Code != 0 || !strings.Contains(res.Stdout, "stepped down on request: it answered in") || !strings.Contains(res.Stdout, "after the request") {
+	if res.Code != 0 || !strings.Contains(res.Stdout, "stepped down on request: it answered in") || !strings.Contains(res.Stdout, "of the request") {
 		t.Errorf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
 	f.next(leasetest.Start)

@@ -50,19 +50,32 @@ advisory lock on the role's key from keys.yaml (or --key).
 leasectl connects, checks that the server is a primary and that the DSN keeps
 sessions (the probe: a transaction-mode pooler never leads), and stands by in
 the server's lock queue, so that it takes over within milliseconds of the
-leader's session ending. Once it holds the lease it starts CMD directly (no
-shell) in its own process group, with LEASECTL_ROLE, LEASECTL_KEY and
-LEASECTL_BACKEND_PID set. CMD also inherits the lease connection as
-descriptor 3 (LEASECTL_LEASE_FD=3; leave it alone): if leasectl is killed,
-even with SIGKILL, CMD is killed too and the server hands the lease on only
-after CMD is gone.
+leader's session ending. When the lock is granted, and at every heartbeat,
+it proves on the server that its own backend holds the key on the same
+primary; any mismatch (a pooler reconfigured underneath, a load balancer) is
+a lost lease.
 
-Lease lost (the session ended, a heartbeat failed): CMD's process group gets
-SIGTERM, SIGKILL after --grace, and leasectl stands by again.
-SIGINT or SIGTERM to leasectl: the signal is forwarded to CMD's group, then
-leasectl waits for CMD (SIGKILL after --grace), releases the lease and exits.
-CMD exits by itself: leasectl releases the lease and exits with CMD's status
-(--restart: stands by and runs CMD again after --retry-interval).
+Before CMD starts, leasectl also takes the role's stop fence on a second
+session, and releases it only once CMD and everything it started are gone: a
+new leader waits for it, so two CMDs never overlap, even when the server ends
+the old leader's session. CMD runs directly (no shell) in its own process
+group, with LEASECTL_ROLE, LEASECTL_KEY, LEASECTL_BACKEND_PID and
+LEASECTL_PROGRAM_ID set, and inherits the lease session as descriptor 3 and
+the fence session as descriptor 4 (leave them alone): if leasectl is killed,
+even with SIGKILL, CMD is killed too and the server hands the lease on only
+after CMD is gone. leasectl is a child subreaper: daemons CMD starts (setsid,
+double forks) stay in its tree.
+
+Lease lost (the session ended, a heartbeat or proof failed): CMD's tree gets
+SIGTERM, SIGKILL once --grace has passed, and leasectl stands by again.
+Asked to step down (leasectl failover): the same, then the key goes to the
+first stand-by in the queue.
+SIGINT or SIGTERM to leasectl: the signal is forwarded to CMD's tree, then
+leasectl waits for it (SIGKILL once --grace has passed since the signal),
+releases the lease and exits.
+CMD exits by itself: what is left of its tree is stopped, leasectl releases
+the lease and exits with CMD's status (--restart: stands by and runs CMD
+again after --retry-interval).
 
 While the database is unreachable, refuses the DSN or is a standby, leasectl
 logs it and keeps trying; it never exits for that. Exit status: CMD's own
@@ -71,10 +84,12 @@ flags, an unknown role, an invalid keys.yaml or DSN, or a CMD that cannot be
 started.
 
 Logs go to stderr (--log-format text or json), one line per state change with
-role, key and backend_pid. Timing: a leader notices a dead network within
---heartbeat-interval + --heartbeat-timeout, and its session on the server is
-set to outlive a silent client by that plus --grace (tcp_user_timeout), so two
-CMDs never run at once because of a partition.`,
+role, key and backend_pid. Sessions are named "leasectl run ROLE@HOST" (and
+" fence") unless the DSN sets application_name. Timing: a leader notices a
+dead network within --heartbeat-interval + --heartbeat-timeout, and its
+sessions on the server are set to outlive a silent client by that plus
+--grace (tcp_user_timeout), so two CMDs never run at once because of a
+partition.`,
 		Example: `  leasectl run --role poller -- ./poller --batch 100
   leasectl run --role scheduler --log-format json --metrics-addr :9464 -- ./scheduler
   leasectl run --key 1840000042 --restart -- python3 sweep.py`,
@@ -97,12 +112,12 @@ CMDs never run at once because of a partition.`,
 	f.SetInterspersed(false) // everything from CMD on belongs to CMD, with or without --
 	f.StringVar(&opts.Role, "role", "", "role whose lease to hold, from keys.yaml")
 	f.Int64Var(&opts.Key, "key", 0, "advisory key to hold instead of a role's")
-	f.DurationVar(&opts.Grace, "grace", lease.DefaultStopTimeout, "time CMD has to exit after SIGTERM before SIGKILL")
+	f.DurationVar(&opts.Grace, "grace", lease.DefaultStopTimeout, "time CMD and what it started have after the first signal before SIGKILL")
 	f.BoolVar(&opts.Restart, "restart", false, "when CMD exits, release the lease, stand by and run it again instead of exiting")
 	f.DurationVar(&opts.RetryInterval, "retry-interval", lease.DefaultRetryInterval, "longest wait between reconnect attempts")
 	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", lease.DefaultHeartbeatInterval, "time between the leader's heartbeats (SELECT 1)")
 	f.DurationVar(&opts.HeartbeatTimeout, "heartbeat-timeout", 0, "time limit of each heartbeat (default: --timeout)")
-	f.DurationVar(&opts.TakeoverDelay, "takeover-delay", 0, "hold the lease this long before starting CMD (covers the old CMD's stop time after the server ends a leader's session)")
+	f.DurationVar(&opts.TakeoverDelay, "takeover-delay", 0, "hold the lease this long before starting CMD (the stop fence already waits for the old CMD; this covers a server restart, which ends the fence too)")
 	f.StringVar(&opts.LogFormat, "log-format", "text", "log format on stderr: text or json")
 	f.StringVar(&opts.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464")
 	_ = c.RegisterFlagCompletionFunc("role", completeOneRole(app))

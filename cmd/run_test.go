@@ -105,6 +105,27 @@ func (f *runFixture) next(kind string) leasetest.Event {
 	}
 }
 
+// count drains the events received so far into the pending ones and
+// returns how many pending events are of kind from pid.
+func (f *runFixture) count(kind string, pid int) int {
+	for {
+		select {
+		case ev := <-f.events.Events:
+			f.pending = append(f.pending, ev)
+			continue
+		default:
+		}
+		break
+	}
+	n := 0
+	for _, ev := range f.pending {
+		if ev.Kind == kind && ev.PID == pid {
+			n++
+		}
+	}
+	return n
+}
+
 // noOverlap drains the events received so far and fails on an overlap.
 func (f *runFixture) noOverlap() {
 	f.t.Helper()
@@ -302,6 +323,9 @@ func TestRunStepsDownWhenTheSessionIsTerminated(t *testing.T) {
 		t.Errorf("SIGTERM event %+v, want pid %d terminated", ev, first.PID)
 	}
 	second := f.next(leasetest.Start) // only after the first was SIGKILLed: the witness lock proves it
+	if n := f.count(leasetest.Term, first.PID); n != 0 {
+		t.Errorf("the first program got SIGTERM %d more time(s): each process of the tree must get it once", n)
+	}
 	if running(first.PID) {
 		t.Errorf("the first program (pid %d) still runs", first.PID)
 	}

@@ -185,7 +185,7 @@ func renderVerify(w io.Writer, st styles, color bool, rep *verify.Report, addr s
 			role = "-"
 		}
 		rows = append(rows, []string{r.Check, role, status, r.Detail})
-		failedOver = failedOver || r.Failover != nil
+		failedOver = failedOver || (r.Failover != nil && r.Failover.Termination != nil)
 	}
 	if err := writeTable(w, []string{"CHECK", "ROLE", "RESULT", "DETAIL"}, rows); err != nil {
 		return err
@@ -193,7 +193,7 @@ func renderVerify(w io.Writer, st styles, color bool, rep *verify.Report, addr s
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nverify: %d passed, %d failed, %d skipped\n", rep.Count(verify.Pass), rep.Count(verify.Fail), rep.Count(verify.Skip))
 	if failedOver {
-		b.WriteString("The old leaders' workers may run on until they notice they lost their sessions: a worker on the lease package notices within milliseconds, others at their next heartbeat.\n")
+		b.WriteString("Terminated leaders' programs may still be stopping: a leasectl run or lease package stand-by waits for them (the stop fence); other workers notice at their next heartbeat.\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

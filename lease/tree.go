@@ -57,43 +57,38 @@ func readProcs() map[int]proc {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
+		if p, ok := readProc(pid); ok {
+			out[pid] = p
 		}
-		// pid (comm) state ppid pgrp ...; comm may contain spaces and parens.
-		i := bytes.LastIndexByte(stat, ')')
-		if i < 0 {
-			continue
-		}
-		f := bytes.Fields(stat[i+1:])
-		if len(f) < 20 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(string(f[1]))
-		pgrp, _ := strconv.Atoi(string(f[2]))
-		start, _ := strconv.ParseUint(string(f[19]), 10, 64)
-		out[pid] = proc{pid: pid, ppid: ppid, pgrp: pgrp, zombie: string(f[0]) == "Z", start: start}
 	}
 	return out
 }
 
-// startTime is pid's start time in clock ticks after boot, or 0.
-func startTime(pid int) uint64 {
+// readProc reads /proc/PID/stat; false when the process is gone.
+func readProc(pid int) (proc, bool) {
 	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0
+		return proc{}, false
 	}
+	// pid (comm) state ppid pgrp ...; comm may contain spaces and parens.
 	i := bytes.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0
+		return proc{}, false
 	}
 	f := bytes.Fields(stat[i+1:])
 	if len(f) < 20 {
-		return 0
+		return proc{}, false
 	}
+	ppid, _ := strconv.Atoi(string(f[1]))
+	pgrp, _ := strconv.Atoi(string(f[2]))
 	start, _ := strconv.ParseUint(string(f[19]), 10, 64)
-	return start
+	return proc{pid: pid, ppid: ppid, pgrp: pgrp, zombie: string(f[0]) == "Z", start: start}, true
+}
+
+// startTime is pid's start time in clock ticks after boot, or 0.
+func startTime(pid int) uint64 {
+	p, _ := readProc(pid)
+	return p.start
 }
 
 // hasEnv reports whether process pid's initial environment contains kv.
@@ -120,7 +115,7 @@ func hasEnv(pid int, kv []byte) bool {
 // process or one of its descendants), and they are found by walking the
 // children lists of /proc, which costs little. Otherwise every process of
 // the system is looked at.
-func (t *programTree) members() []int {
+func (t *programTree) members() []proc {
 	if t.descendants {
 		if out, ok := liveDescendants(os.Getpid()); ok {
 			return out
@@ -129,14 +124,14 @@ func (t *programTree) members() []int {
 	self := os.Getpid()
 	procs := readProcs()
 	kv := []byte(programIDVar + "=" + t.id)
-	var out []int
+	var out []proc
 	for pid, p := range procs {
 		if pid == self || p.zombie {
 			continue
 		}
 		// Only processes started with or after the program can carry its id.
 		if p.pgrp == t.pid || (t.descendants && descends(procs, pid, self)) || (p.start >= t.start && hasEnv(pid, kv)) {
-			out = append(out, pid)
+			out = append(out, p)
 		}
 	}
 	return out
@@ -145,8 +140,8 @@ func (t *programTree) members() []int {
 // liveDescendants returns the descendants of root that are not zombies,
 // from the children lists of /proc/PID/task/TID/children; false when the
 // kernel does not provide them.
-func liveDescendants(root int) ([]int, bool) {
-	var out []int
+func liveDescendants(root int) ([]proc, bool) {
+	var out []proc
 	queue := []int{root}
 	seen := map[int]bool{root: true}
 	for len(queue) > 0 {
@@ -162,8 +157,8 @@ func liveDescendants(root int) ([]int, bool) {
 			}
 			seen[k] = true
 			queue = append(queue, k)
-			if !isZombie(k) {
-				out = append(out, k)
+			if p, ok := readProc(k); ok && !p.zombie {
+				out = append(out, p)
 			}
 		}
 	}
@@ -193,12 +188,8 @@ func children(pid int) ([]int, bool) {
 }
 
 func isZombie(pid int) bool {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return true // gone
-	}
-	i := bytes.LastIndexByte(stat, ')')
-	return i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z'
+	p, ok := readProc(pid)
+	return !ok || p.zombie // gone, or a zombie
 }
 
 // descends reports whether pid is a descendant of ancestor.
@@ -218,12 +209,14 @@ func descends(procs map[int]proc, pid, ancestor int) bool {
 	return false
 }
 
-// signal sends sig to the program's process group and to every other
-// member of the tree.
+// signal sends sig to the program's process group and to every member of
+// the tree outside it: each process gets it once.
 func (t *programTree) signal(sig syscall.Signal) {
 	_ = syscall.Kill(-t.pid, sig)
-	for _, pid := range t.members() {
-		_ = syscall.Kill(pid, sig)
+	for _, p := range t.members() {
+		if p.pgrp != t.pid {
+			_ = syscall.Kill(p.pid, sig)
+		}
 	}
 }
 
@@ -236,7 +229,10 @@ func (t *programTree) stop(log *slog.Logger, deadline time.Time, msg string) {
 	killed := false
 	logged := false
 	for {
-		left := t.members()
+		var left []int
+		for _, p := range t.members() {
+			left = append(left, p.pid)
+		}
 		if len(left) == 0 {
 			return
 		}

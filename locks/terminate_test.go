@@ -287,3 +287,40 @@ func TestIsTakeover(t *testing.T) {
 		}
 	}
 }
+
+// TestAwaitTakeoverSaysWhenTheKeyPassedBeforeTheSignal: the holder check and
+// the signal are one statement, not one atomic step. When the holder
+// released the key before the signal and a stand-by took it, the takeover
+// says so (BeforeSignal), by the server's clock; a takeover after the
+// signal does not.
+func TestAwaitTakeoverSaysWhenTheKeyPassedBeforeTheSignal(t *testing.T) {
+	ctx := context.Background()
+	dsn := testLab.DirectDSN()
+	const key = 1840000917
+	observer := pgtest.Conn(t, dsn, "observer")
+	old := pgtest.Conn(t, dsn, "old-holder")
+	next := pgtest.Conn(t, dsn, "new-holder")
+	pgtest.Exec(t, old, "SELECT pg_advisory_lock($1)", int64(key))
+	oldHolder := holderOf(t, observer, locks.BigintKey(key))
+	// The old holder releases; the new one takes the key (and goes idle):
+	// both before the "signal" below.
+	pgtest.Exec(t, old, "SELECT pg_advisory_unlock($1)", int64(key))
+	pgtest.Exec(t, next, "SELECT pg_advisory_lock($1)", int64(key))
+	var now time.Time
+	if err := observer.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		signalAt time.Time
+		want     bool
+	}{{now, true}, {now.Add(-time.Hour), false}} {
+		term := locks.Termination{PID: oldHolder.PID, Gone: true, Sent: time.Now(), ServerStart: tc.signalAt, SignalAt: tc.signalAt}
+		tk, err := locks.AwaitTakeover(ctx, observer, locks.BigintKey(key), oldHolder, term, locks.AwaitOptions{Within: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tk.Holder.PID != pgtest.PID(t, next) || tk.BeforeSignal != tc.want {
+			t.Errorf("signal at %s: takeover by %d, before the signal %v; want %d, %v", tc.signalAt, tk.Holder.PID, tk.BeforeSignal, pgtest.PID(t, next), tc.want)
+		}
+	}
+}

@@ -114,6 +114,8 @@ func TestFaults(t *testing.T) {
 		func(t *testing.T, f *fleet, res *result) { terminations(t, f, res, p.terminations) })
 	scenario("leasectl failover --yes (the leader steps down)", "defaults; the program takes 300 ms to stop", nil,
 		func(t *testing.T, f *fleet, res *result) { failovers(t, f, res, p.terminations) })
+	scenario("programs that leave daemons behind (setsid, double fork)", "defaults", nil,
+		func(t *testing.T, f *fleet, res *result) { daemons(t, f, res, p.terminations) })
 	scenario("PostgreSQL restart ("+strings.Join(p.restarts, ", ")+")", "defaults, --takeover-delay 1s", []string{delay, "1s"},
 		func(t *testing.T, f *fleet, res *result) { restarts(t, f, res, p.restarts) })
 	scenario("network partition of the leader", p.partitionSettings, p.partitionFlags,

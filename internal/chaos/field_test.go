@@ -3,6 +3,8 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/lab"
 	"github.com/leasectl/leasectl/locks"
@@ -162,4 +165,77 @@ func poolerReload(t *testing.T, f *fleet, res *result, watch time.Duration) {
 	}
 	res.notes = append(res.notes, fmt.Sprintf("the leader stepped down %s after the reload (%s); no replica led again in %s (%d refusals; %d queries of other clients meanwhile)",
 		fmtDur(term.At.Sub(reload)), why, watch, refused, queries.Load()))
+}
+
+// daemons: every leader's program leaves a daemon behind that holds the
+// witness lock too: two replicas' programs start it in a session of their
+// own (setsid), two from a child that exits at once, with an empty
+// environment (a double fork). The leader's lease session is terminated n
+// times. leasectl must stop the daemon with the program before its stop
+// fence passes on, or the next witness finds the lock held: an overlap.
+// After each takeover at most one daemon (the new leader's) may be alive.
+func daemons(t *testing.T, f *fleet, res *result, n int) {
+	h, dsn := f.h, testLab.DirectDSN()
+	from := h.mark()
+	for _, mode := range []string{"setsid", "setsid", "doublefork", "doublefork"} {
+		f.witnessFlags = []string{"-daemon", mode}
+		f.start(direct, dsn, nil)
+	}
+	f.witnessFlags = nil
+	f.start(pooled, testLab.PoolerDSN("transaction"), nil)
+	lead := h.await(t, from, hang, "a first leader", isStart)
+	f.settled(f.of(lead))
+	admin := pgtest.Conn(t, dsn, "chaos-admin")
+	most := 0
+	for i := range n {
+		pid, err := strconv.ParseUint(lead.BackendPID, 10, 32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from := h.mark()
+		t0 := time.Now()
+		if err := leasetest.Terminate(context.Background(), admin, roleKey, uint32(pid)); err != nil {
+			t.Fatal(err)
+		}
+		res.faults++
+		lead = h.await(t, from, hang, fmt.Sprintf("a takeover after termination %d", i+1), isStart)
+		res.takeovers = append(res.takeovers, lead.At.Sub(t0))
+		f.settled(f.of(lead))
+		switch d := liveDaemons(h.witness); {
+		case len(d) > 1:
+			t.Errorf("after takeover %d, %d daemons of witness programs are alive (%v): an old leader's daemon outlived its lease", i+1, len(d), d)
+		case len(d) == 0:
+			t.Errorf("after takeover %d no daemon is alive: the new leader's program started none, so this proves nothing", i+1)
+		}
+		most = max(most, len(liveDaemons(h.witness)))
+	}
+	f.stopAll()
+	if d := liveDaemons(h.witness); len(d) > 0 {
+		t.Errorf("daemons %v outlived every replica", d)
+	}
+	res.notes = append(res.notes, fmt.Sprintf("each leader's program left a daemon holding the witness lock (setsid, or a double fork with an empty environment); after every takeover exactly %d daemon (the leader's) was alive, none once the fleet stopped", most))
+}
+
+// liveDaemons returns the pids of witness daemons (the witness binary run
+// with -hold) that are alive and not zombies.
+func liveDaemons(witness string) []int {
+	var out []int
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if len(args) == 2 && args[0] == witness && args[1] == "-hold" {
+			if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && !strings.Contains(string(stat), ") Z ") {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
 }

@@ -320,12 +320,12 @@ func (s *setup) next(kind string) (leasetest.Event, error) {
 
 // childScript is the program under the lease: it reports its start and
 // SIGTERM as lines on the FIFO named by $0. Its short sleeps hold none of
-// the inherited descriptors: the lease socket (3) would keep the key held
-// after a SIGKILL of leasectl, which Pdeathsig does not pass on to them,
-// until they end.
+// the inherited descriptors: the lease socket (3) and the stop fence
+// socket (4) would keep the key and the fence held after a SIGKILL of
+// leasectl, which Pdeathsig does not pass on to them, until they end.
 const childScript = `trap 'echo "term $$" > "$0"; exit 0' TERM INT
 echo "start $$ $PPID $LEASECTL_BACKEND_PID" > "$0"
-while :; do sleep 1 </dev/null >/dev/null 2>&1 3>&- & wait $!; done`
+while :; do sleep 1 </dev/null >/dev/null 2>&1 3>&- 4>&- & wait $!; done`
 
 // fifo collects the lines the programs write to a named pipe.
 type fifo struct {

@@ -3,7 +3,14 @@
 // it finds another witness still running (a non-blocking flock on a shared
 // file), so that a test can prove that at most one child runs at a time.
 //
-//	witness [-lock FILE] [-notify SOCKET] [-exit N] [-ignore-term] [-stop-delay D]
+//	witness [-lock FILE] [-notify SOCKET] [-exit N] [-ignore-term] [-stop-delay D] [-daemon setsid|doublefork]
+//
+// With -daemon it first starts a daemon that holds the lock too (the lock
+// file's descriptor is inherited), as a program that leaves a daemon
+// behind does: setsid starts it in a session of its own; doublefork starts
+// it from a child that exits at once, with an empty environment, so that
+// it is orphaned and carries nothing of its origin. While the daemon lives,
+// the next witness finds the lock held.
 //
 // Without -exit it runs until SIGTERM or SIGINT, then exits 0 (with
 // -ignore-term it keeps running and must be killed; with -stop-delay it
@@ -17,6 +24,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"strconv"
 	"syscall"
@@ -31,7 +39,22 @@ func main() {
 	exit := flag.Int("exit", -1, "exit with this status right after starting")
 	ignoreTerm := flag.Bool("ignore-term", false, "report SIGTERM and SIGINT but keep running")
 	stopDelay := flag.Duration("stop-delay", 0, "after SIGTERM or SIGINT, keep running (and holding the lock) this long, then report exit and exit 0")
+	daemon := flag.String("daemon", "", "start a daemon that holds the lock too: setsid or doublefork")
+	hold := flag.Bool("hold", false, "(the daemon) hold descriptor 3 until killed")
+	spawn := flag.Bool("spawn", false, "(the double fork's middle process) start the daemon and exit")
 	flag.Parse()
+	switch {
+	case *hold:
+		for { // descriptor 3 holds the lock until this process dies
+			time.Sleep(time.Hour)
+		}
+	case *spawn:
+		if err := startDaemon(os.NewFile(3, "lock"), "-hold", []string{}); err != nil {
+			fmt.Fprintln(os.Stderr, "witness:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 
 	// Listen for signals before reporting the start, so that none is missed.
 	sigs := make(chan os.Signal, 4)
@@ -68,6 +91,19 @@ func main() {
 			os.Exit(97)
 		}
 		// Held until this process exits.
+		switch *daemon {
+		case "":
+		case "setsid":
+			err = startDaemon(f, "-hold", os.Environ())
+		case "doublefork":
+			err = startDaemon(f, "-spawn", os.Environ())
+		default:
+			err = fmt.Errorf("unknown -daemon %q", *daemon)
+		}
+		if err != nil {
+			report(leasetest.Failed, err.Error())
+			os.Exit(96)
+		}
 	}
 	report(leasetest.Start, "")
 	if *exit >= 0 {
@@ -100,4 +136,22 @@ func fdKind(env string, fd int) string {
 		return "socket"
 	}
 	return fmt.Sprintf("mode %o", st.Mode)
+}
+
+// startDaemon runs this program with flag in a session of its own, with
+// lock as its descriptor 3 and env as its environment, and does not wait
+// for it.
+func startDaemon(lock *os.File, flag string, env []string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self, flag)
+	cmd.Env = env
+	cmd.ExtraFiles = []*os.File{lock}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start the daemon: %w", err)
+	}
+	return cmd.Process.Release()
 }
