@@ -13,6 +13,7 @@ import (
 	"github.com/leasectl/leasectl/lab"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/probe"
 	"github.com/spf13/cobra"
 )
 
@@ -22,6 +23,9 @@ const (
 	ExitCheckFailed = 1 // the check failed: the verdict is negative
 	ExitUsage       = 2 // usage or input error
 	ExitUnavailable = 3 // the database could not be reached, or refused the request
+	// ExitInterrupted is for a check interrupted before its verdict (Ctrl-C):
+	// 128 + SIGINT, as shells report it.
+	ExitInterrupted = 130
 )
 
 // UsageError is a mistake in how the command was called. It is the only error
@@ -82,6 +86,8 @@ func ExitCode(err error) int {
 		return ExitOK
 	case errors.As(err, &childExit): // leasectl run passes its program's status through
 		return childExit.Code
+	case errors.Is(err, probe.ErrInterrupted):
+		return ExitInterrupted
 	case errors.As(err, &leaseCfg), errors.As(err, &startErr):
 		return ExitUsage
 	case errors.As(err, &usage), errors.As(err, &input), errors.As(err, &dsnErr),
@@ -140,6 +146,10 @@ func printError(w io.Writer, c *cobra.Command, err error) {
 	var childExit *lease.ExitError
 	if errors.As(err, &childExit) {
 		return // leasectl run: the program's own status, logged already
+	}
+	if errors.Is(err, probe.ErrInterrupted) {
+		fmt.Fprintln(w, "interrupted: no verdict")
+		return
 	}
 	fmt.Fprintf(w, "Error: %v\n", err)
 	var usage *UsageError

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/leasectl/leasectl/keys"
@@ -19,6 +20,7 @@ type probeOptions struct {
 	Strict     bool
 	Contenders int
 	Rounds     int
+	Idle       time.Duration
 	Heartbeat  time.Duration
 	HBTimeout  time.Duration
 }
@@ -30,43 +32,59 @@ func newProbeCmd(app *App) *cobra.Command {
 		Short: "Check that a session-level advisory lock gives mutual exclusion over a DSN",
 		Long: fmt.Sprintf(`Probe a DSN before trusting a lease over it. STABLE (exit 0) means a
 session-level advisory lock gives mutual exclusion there; REFUSED (exit 1) means
-it does not, or could not be shown to.
+it does not (safety: a lease here can elect two leaders), or that a lease there
+would not work (liveness: stand-bys cannot wait, sessions are cut), or that it
+could not be shown. Ctrl-C interrupts it with no verdict (exit 130).
 
-The runbook's probe (backend pid, temp table, pid again, row back) passes through
-a quiet transaction-mode pooler, which then lets two clients both take the lock.
-So while connection A holds the probe key, further connections through the same
-DSN must get other backends and be refused the key, and A must still hold it.
+The runbook's probe (backend pid, temp table, pid again, row back) passes
+through a quiet transaction-mode pooler, which then lets two clients both take
+the lock. So while connection A holds the probe key, further connections
+through the same DSN must get other backends of the same server and be refused
+the key, and A must still hold it; then A disconnects, and the key must be free:
+the lock died with its connection. Every statement is its own round trip and
+says which backend and which server (system identifier, start time, primary or
+standby) ran it.
 
 Checks, each pass / warn / fail / info with one line of why:
   connect              reach the server within --timeout (else exit 3)
   primary              not a standby (advisory locks on a standby fence nothing)
-  session_continuity   the runbook's probe, each statement its own round trip
+  session_continuity   A's statements all ran on one backend of one primary
   exclusion            contenders get other backends and cannot take A's key
+  idle_survival        with --idle: A's session survives that long idle
+  release              the key is free once A has disconnected
+  pgpool               pgpool-II in the path: no load balancing to a standby
   proxy                signs of a pooler or proxy in the path (warn only)
   idle_session_timeout must be above the heartbeat interval
   dead_peer_detection  how long the server keeps a vanished client's lock
   privileges           what who and failover can do with this role (info)
-  cleanup              temp table dropped, probe key released
+  cleanup              the probe key released
 
-Warnings refuse only with --strict. The probe key (--probe-key, default %d,
-the bytes of "leasectl") must not be any role's key. The DSN is the argument, else
---dsn, $LEASECTL_DSN, $DATABASE_URL or libpq's PG* variables.`, locks.DefaultProbeKey),
+Warnings refuse only with --strict. The probe key is picked at random from
+%d to %d (the bytes "leas" and 32 random bits), a range keys lint keeps free of
+roles, so probes never contend with each other or with what an interrupted
+probe left behind; --probe-key picks one. The DSN is the argument, else --dsn,
+$LEASECTL_DSN, $DATABASE_URL or libpq's PG* variables.`, locks.ProbeKeyBase, locks.ProbeKeyBase+0xffffffff),
 		Example: `  leasectl probe "postgres://app@db.internal:5432/app"
   leasectl probe --strict -o json "$DATABASE_URL"
-  leasectl probe "$LEASECTL_LAB_TX_DSN"     # refused: transaction pooling`,
+  leasectl probe "$LEASECTL_LAB_TX_DSN"     # refused: transaction pooling
+  leasectl probe --idle 20s "$DATABASE_URL" # does a proxy cut idle sessions?`,
 		Args: maxArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				opts.DSNArg = args[0]
 			}
+			if c.Flags().Changed("probe-key") && opts.Key == 0 {
+				return usageErrorf("invalid --probe-key 0: pick a key no role uses, or leave the flag out for a random one")
+			}
 			return runProbe(c.Context(), opts)
 		},
 	}
 	f := c.Flags()
-	f.Int64Var(&opts.Key, "probe-key", locks.DefaultProbeKey, "advisory key the probe takes; no role may use it")
+	f.Int64Var(&opts.Key, "probe-key", 0, "advisory key the probe takes (default: random in the probe's range); no role may use it")
 	f.BoolVar(&opts.Strict, "strict", false, "refuse on warnings too")
 	f.IntVar(&opts.Contenders, "contenders", 1, "further connections that contend for the key")
-	f.IntVar(&opts.Rounds, "rounds", 3, "times each contender tries the key")
+	f.IntVar(&opts.Rounds, "rounds", 2, "times each contender tries the key")
+	f.DurationVar(&opts.Idle, "idle", 0, "keep connection A idle this long, holding the key, and check that its session survived (proxy idle timeouts)")
 	f.DurationVar(&opts.Heartbeat, "heartbeat", 15*time.Second, "lease heartbeat interval the server settings are judged against")
 	f.DurationVar(&opts.HBTimeout, "heartbeat-timeout", 5*time.Second, "lease heartbeat timeout the server settings are judged against")
 	return c
@@ -74,11 +92,11 @@ the bytes of "leasectl") must not be any role's key. The DSN is the argument, el
 
 func runProbe(ctx context.Context, opts *probeOptions) error {
 	app := opts.app
-	if opts.Key == 0 {
-		return usageErrorf("invalid --probe-key 0: pick a key no role uses")
-	}
 	if opts.Contenders < 1 || opts.Rounds < 1 {
 		return usageErrorf("--contenders and --rounds must be at least 1")
+	}
+	if opts.Idle < 0 {
+		return usageErrorf("invalid --idle %s: it must not be negative", opts.Idle)
 	}
 	if err := checkProbeKeyIsFree(app, opts.Key); err != nil {
 		return err
@@ -92,6 +110,7 @@ func runProbe(ctx context.Context, opts *probeOptions) error {
 		Key:               opts.Key,
 		Contenders:        opts.Contenders,
 		Rounds:            opts.Rounds,
+		Idle:              opts.Idle,
 		Timeout:           app.Global.Timeout,
 		HeartbeatInterval: opts.Heartbeat,
 		HeartbeatTimeout:  opts.HBTimeout,
@@ -113,7 +132,8 @@ func runProbe(ctx context.Context, opts *probeOptions) error {
 	return nil
 }
 
-// checkProbeKeyIsFree refuses a probe key that a role of the keys file uses:
+// checkProbeKeyIsFree refuses a probe key that a role of the keys file uses
+// (key 0: a random key of the probe's range, which no role may use):
 // probing would contend with, or look like, that role's leader. A missing
 // keys file is fine: probe is often run before there is one.
 func checkProbeKeyIsFree(app *App, key int64) error {
@@ -123,6 +143,14 @@ func checkProbeKeyIsFree(app *App, key int64) error {
 			return nil
 		}
 		return err
+	}
+	if key == 0 {
+		for _, e := range f.Roles {
+			if locks.IsProbeKey(e.Key) {
+				return &InputError{Err: fmt.Errorf("role %q in %s uses key %d, in the range the probe takes its keys from (keys lint rejects it): give the role another key, or pass --probe-key", e.Name, f.Path, e.Key)}
+			}
+		}
+		return nil
 	}
 	if e, ok := f.ByKey(key); ok {
 		return usageErrorf("probe key %d is the key of role %q in %s: pass another --probe-key", key, e.Name, f.Path)
@@ -135,6 +163,9 @@ var probeLabels = map[string]string{
 	probe.CheckPrimary:    "primary",
 	probe.CheckContinuity: "session continuity",
 	probe.CheckExclusion:  "exclusion",
+	probe.CheckIdleCut:    "idle survival",
+	probe.CheckRelease:    "release",
+	"pgpool":              "pgpool-II",
 	probe.CheckProxy:      "proxy",
 	probe.CheckIdle:       "idle sessions",
 	probe.CheckDeadPeer:   "dead-peer detection",
@@ -179,9 +210,36 @@ func renderProbe(app *App, rep *probe.Report) {
 		fmt.Fprintf(w, "%s  a session-level advisory lock gives mutual exclusion over this DSN (%s%s)\n", st.OK.Render("STABLE"), elapsed, note)
 		return
 	}
-	reason := "session-level advisory locks do not give mutual exclusion over this DSN: a lease here can elect two leaders"
-	if c, ok := rep.Check(probe.CheckExclusion); !ok || c.Status != probe.Fail {
-		reason = "a lease is not safe over this DSN"
+	var reason string
+	switch rep.Refusal {
+	case probe.Safety:
+		reason = "session-level advisory locks do not give mutual exclusion over this DSN: a lease here can elect two leaders"
+	case probe.Liveness:
+		reason = "a lease over this DSN would not work: " + livenessSummary(rep)
+	default:
+		reason = "--strict: the warnings above refuse this DSN"
 	}
 	fmt.Fprintf(w, "%s  %s (%s)\n", st.Fail.Render("REFUSED"), reason, elapsed)
+}
+
+// livenessSummary names what keeps a lease from working, from the failing
+// checks.
+func livenessSummary(rep *probe.Report) string {
+	var out []string
+	for _, c := range rep.Checks {
+		if c.Status != probe.Fail {
+			continue
+		}
+		switch c.Name {
+		case probe.CheckExclusion:
+			out = append(out, "a stand-by cannot get a server connection to wait on")
+		case probe.CheckIdleCut:
+			out = append(out, "idle sessions are cut, and a leader is idle between heartbeats")
+		case probe.CheckIdle:
+			out = append(out, "the server ends idle sessions between heartbeats")
+		default:
+			out = append(out, c.Name+" failed")
+		}
+	}
+	return strings.Join(out, "; ")
 }

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // dsnWithPassword puts the lab's password into a DSN on purpose, so tests
@@ -77,6 +79,7 @@ func TestProbeJSONSchema(t *testing.T) {
 	}
 	var out struct {
 		Verdict string  `json:"verdict"`
+		Refusal string  `json:"refusal"`
 		Strict  *bool   `json:"strict"`
 		Target  string  `json:"target"`
 		Key     int64   `json:"probe_key"`
@@ -94,7 +97,7 @@ func TestProbeJSONSchema(t *testing.T) {
 	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, res.Stdout)
 	}
-	if out.Verdict != "REFUSED" || out.Strict == nil || out.Target == "" || out.Key == 0 || out.Server == nil ||
+	if out.Verdict != "REFUSED" || out.Refusal != "safety" || out.Strict == nil || out.Target == "" || out.Key == 0 || out.Server == nil ||
 		out.Server.Port != testLab.Primary.Port || out.Server.InRecovery == nil || out.Server.BackendPID == 0 || out.Elapsed <= 0 {
 		t.Errorf("incomplete report: %+v", out)
 	}
@@ -170,5 +173,35 @@ func TestProbeColourOnlyOnTerminals(t *testing.T) {
 	res = runCLIWith(t, t.Context(), map[string]string{"NO_COLOR": "1"}, true, "", "probe", testLab.DirectDSN())
 	if strings.Contains(res.Stdout, "\x1b[") {
 		t.Errorf("NO_COLOR ignored:\n%q", res.Stdout)
+	}
+}
+
+// TestProbeInterrupted: Ctrl-C (the context ends) interrupts the probe: it
+// says so, claims no verdict, and exits 130.
+func TestProbeInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	// Through a session pool of one, the contender waits for a server
+	// connection until --timeout: the probe is still running at the cancel.
+	res := runCLIWith(t, ctx, nil, false, "", "--timeout", "30s", "probe", testLab.PoolerDSN("session1"))
+	if res.Code != ExitInterrupted || !strings.Contains(res.Stderr, "interrupted: no verdict") {
+		t.Errorf("exit %d, stderr %q; want 130 and interrupted", res.Code, res.Stderr)
+	}
+	if strings.Contains(res.Stdout, "REFUSED") || strings.Contains(res.Stdout, "STABLE") {
+		t.Errorf("an interrupted probe claims a verdict:\n%s", res.Stdout)
+	}
+}
+
+// TestProbeRefusalSaysWhy: a refusal names its cause: two leaders
+// (safety), or a lease that could not work (liveness: a pool of one).
+func TestProbeRefusalSaysWhy(t *testing.T) {
+	res := runCLI(t, nil, "probe", testLab.PoolerDSN("transaction"))
+	if !strings.Contains(res.Stdout, "REFUSED  session-level advisory locks do not give mutual exclusion") {
+		t.Errorf("transaction pooler:\n%s", res.Stdout)
+	}
+	res = runCLI(t, nil, "--timeout", "1s", "probe", testLab.PoolerDSN("session1"))
+	if !strings.Contains(res.Stdout, "REFUSED  a lease over this DSN would not work: a stand-by cannot get a server connection to wait on") ||
+		strings.Contains(res.Stdout, "two leaders") {
+		t.Errorf("session pool of one:\n%s", res.Stdout)
 	}
 }

@@ -99,7 +99,7 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 		if pooler, err = dbconn.Parse(opts.PoolerDSN, app.Global.Timeout); err != nil {
 			return fmt.Errorf("--pooler-dsn: %w", err)
 		}
-		if err := checkProbeKeyIsFree(app, locks.DefaultProbeKey); err != nil {
+		if err := checkProbeKeyIsFree(app, 0); err != nil {
 			return err
 		}
 	}

@@ -71,20 +71,27 @@ func (s ServerInfo) Identity() Identity {
 	return Identity{SystemID: s.SystemID, StartedAt: s.StartedAt, InRecovery: s.InRecovery}
 }
 
-// Server reads ServerInfo in one round trip.
-func Server(ctx context.Context, conn *pgx.Conn) (ServerInfo, error) {
-	var s ServerInfo
-	var id Identity
-	err := conn.QueryRow(ctx, `SELECT current_setting('server_version'),
+// ServerColumns is the select-list fragment that reads a [ServerInfo], in
+// the order of [ServerInfo.Dest]; statements that must say which server and
+// session answered include it.
+const ServerColumns = `current_setting('server_version'),
        current_setting('server_version_num')::int,
        coalesce(host(inet_server_addr()), ''),
        coalesce(inet_server_port(), 0),
        current_database(),
        current_user,
-       pg_backend_pid(), `+IdentityColumns).Scan(append([]any{&s.Version, &s.VersionNum, &s.Addr, &s.Port, &s.Database, &s.User, &s.BackendPID}, id.Dest()...)...)
-	if err != nil {
+       pg_backend_pid(), ` + IdentityColumns
+
+// Dest returns the scan destinations of ServerColumns.
+func (s *ServerInfo) Dest() []any {
+	return []any{&s.Version, &s.VersionNum, &s.Addr, &s.Port, &s.Database, &s.User, &s.BackendPID, &s.SystemID, &s.StartedAt, &s.InRecovery}
+}
+
+// Server reads ServerInfo in one round trip.
+func Server(ctx context.Context, conn *pgx.Conn) (ServerInfo, error) {
+	var s ServerInfo
+	if err := conn.QueryRow(ctx, "SELECT "+ServerColumns).Scan(s.Dest()...); err != nil {
 		return s, fmt.Errorf("read server info: %w", err)
 	}
-	s.SystemID, s.StartedAt, s.InRecovery = id.SystemID, id.StartedAt, id.InRecovery
 	return s, nil
 }

@@ -42,12 +42,12 @@ var LintRules = []RuleDoc{
 	{RuleInvalidKey, SeverityError, "a key that is not an int64 in plain decimal or `0x` hex: floats, strings, booleans, overflow, and spellings YAML readers disagree on (`017`, `0o17`, `1_000`)"},
 	{RuleDuplicateKey, SeverityError, "two roles share a key, or an active role uses a key listed under `retired:`"},
 	{RuleActiveAndRetired, SeverityError, "one name is both an active and a retired role"},
-	{RuleProbeKey, SeverityError, fmt.Sprintf("a role uses %d (0x%x), the key `leasectl probe` takes by default", locks.DefaultProbeKey, locks.DefaultProbeKey)},
+	{RuleProbeKey, SeverityError, fmt.Sprintf("a role uses a key from %d to %d (0x%x–0x%x, high half \"leas\"), the range `leasectl probe` takes its keys from", locks.ProbeKeyBase, locks.ProbeKeyBase+0xffffffff, locks.ProbeKeyBase, locks.ProbeKeyBase+0xffffffff)},
 }
 
 // Lint checks how the roles of a decoded file relate to each other: shared
 // keys, retired keys in use again, a name both active and retired, the
-// probe's default key. It returns the problems found, in file order.
+// probe's key range. It returns the problems found, in file order.
 func (f *File) Lint() []Problem {
 	problems := f.duplicateKeys()
 	for _, e := range f.Roles {
@@ -55,9 +55,9 @@ func (f *File) Lint() []Problem {
 			problems = append(problems, Problem{Rule: RuleActiveAndRetired, Line: e.Line, Role: e.Name,
 				Message: fmt.Sprintf("role %q is both active and retired (line %d); delete one of the two entries", e.Name, r.Line)})
 		}
-		if e.Key == locks.DefaultProbeKey {
+		if locks.IsProbeKey(e.Key) {
 			problems = append(problems, Problem{Rule: RuleProbeKey, Line: e.Line, Role: e.Name,
-				Message: fmt.Sprintf("role %q uses key %d (0x%x), the key leasectl probe takes by default: a probe would hold the role's lock and keep its workers from leading; pick another key", e.Name, e.Key, e.Key)})
+				Message: fmt.Sprintf("role %q uses key %d (0x%x), in the range leasectl probe takes its keys from (0x%x–0x%x): a probe could hold the role's lock and keep its workers from leading; pick another key", e.Name, e.Key, e.Key, locks.ProbeKeyBase, locks.ProbeKeyBase+0xffffffff)})
 		}
 	}
 	return problems

@@ -57,6 +57,7 @@ var lintCases = map[string][]string{
 
 	"PROBE_KEY/decimal.yaml": {"PROBE_KEY:3"},
 	"PROBE_KEY/hex.yaml":     {"PROBE_KEY:2"},
+	"PROBE_KEY/range.yaml":   {"PROBE_KEY:2", "PROBE_KEY:3"},
 }
 
 func lines(rule string, from, to int) []string {

@@ -2,11 +2,9 @@ package lease
 
 import (
 	"context"
-	"math/rand/v2"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
 	"github.com/leasectl/leasectl/timing"
 )
@@ -27,12 +25,13 @@ func (e *ProbeError) Error() string {
 
 // defaultPreflight runs the session-stability probe (package probe) with
 // the lease's heartbeat settings, and refuses unless its verdict is Stable.
+// Each run takes a key of its own from the probe's range, so replicas that
+// probe at the same moment (they all reconnect after a server restart) do
+// not find each other's probe key held.
 func defaultPreflight(t timing.Lease) func(context.Context, *pgx.ConnConfig) error {
-	key := probeKey()
 	return func(ctx context.Context, cfg *pgx.ConnConfig) error {
 		rep, err := probe.Run(ctx, probe.Options{
 			ConnConfig:        cfg,
-			Key:               key,
 			Timeout:           t.HeartbeatTimeout,
 			HeartbeatInterval: t.HeartbeatInterval,
 			HeartbeatTimeout:  t.HeartbeatTimeout,
@@ -44,21 +43,5 @@ func defaultPreflight(t timing.Lease) func(context.Context, *pgx.ConnConfig) err
 			return &ProbeError{Report: rep}
 		}
 		return nil
-	}
-}
-
-// probeKey is the probe key of one Run: the default probe key's high 32
-// bits ("leas", so that `leasectl who` can tell probe keys apart) and random
-// low 32 bits. Replicas that probe at the same moment (they all reconnect
-// after a server restart) would otherwise find the key held by each other's
-// probe and refuse; one key per Run also bounds what a transaction pooler
-// can strand to one key per process.
-func probeKey() int64 {
-	high := locks.DefaultProbeKey &^ 0xffffffff
-	for {
-		k := high | int64(rand.Uint32())
-		if k != locks.DefaultProbeKey {
-			return k
-		}
 	}
 }

@@ -46,3 +46,14 @@ func ParseKey(s string) (int64, error) {
 // the bytes of "leasectl" read as a big-endian int64 (0x6c6561736563746c).
 // No role in keys.yaml may use it (keys lint enforces that).
 const DefaultProbeKey int64 = 0x6c6561736563746c
+
+// ProbeKeyBase is the high half of every probe key: the bytes "leas". The
+// probe picks the low half at random for each run, so that probes running
+// at the same time never contend, and a key an interrupted probe left on a
+// pooled server connection never meets a later one. The whole range, from
+// ProbeKeyBase to ProbeKeyBase + 0xffffffff, is the probe's: keys lint
+// rejects a role in it.
+const ProbeKeyBase int64 = DefaultProbeKey &^ 0xffffffff
+
+// IsProbeKey reports whether k is in the probe's range (see ProbeKeyBase).
+func IsProbeKey(k int64) bool { return k&^0xffffffff == ProbeKeyBase }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"reflect"
 	"slices"
 	"strconv"
@@ -18,98 +19,146 @@ import (
 	"github.com/leasectl/leasectl/timing"
 )
 
-// ---- session continuity (the runbook's probe) ----
+// The probe's statements. Each says which backend and server ran it.
+const (
+	// firstSQL is A's first statement: the server and session, the probe
+	// key, how the server sees its client, and the settings and
+	// privileges the checks judge.
+	firstSQL = `SELECT ` + dbconn.ServerColumns + `,
+       pg_try_advisory_lock($1),
+       inet_client_addr() IS NULL,
+       coalesce(inet_client_port(), 0),
+       (SELECT json_object_agg(name, setting) FROM pg_settings
+         WHERE name IN ('idle_session_timeout', 'tcp_keepalives_idle', 'tcp_keepalives_interval',
+                        'tcp_keepalives_count', 'tcp_user_timeout')),
+       coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), false),
+       pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'),
+       pg_has_role(current_user, 'pg_signal_backend', 'USAGE')`
+	// tryOnSQL is a contender's try for the key.
+	tryOnSQL = `SELECT pg_backend_pid(), ` + dbconn.IdentityColumns + `, pg_try_advisory_lock($1)`
+	// recheckSQL is A proving it still holds the key: it releases it (true
+	// only if its backend held it) and takes it again, in one statement.
+	recheckSQL = `SELECT pg_backend_pid(), ` + dbconn.IdentityColumns + `, released, pg_try_advisory_lock($1)
+  FROM (SELECT pg_advisory_unlock($1) AS released OFFSET 0) s`
+	// freeSQL says whether the key is free: it takes it and, if it could,
+	// releases it again.
+	freeSQL = `SELECT pg_backend_pid(), ` + dbconn.IdentityColumns + `,
+       CASE WHEN pg_try_advisory_lock($1) THEN pg_advisory_unlock($1) ELSE false END`
+	// pgpoolNodesSQL is pgpool-II's own command; PostgreSQL rejects it.
+	pgpoolNodesSQL = `SHOW pool_nodes`
+)
 
-// continuity holds what the runbook's probe observed on connection A.
-type continuity struct {
-	createErr error
+// ---- A's first statement ----
+
+// firstResult is what A's first statement read.
+type firstResult struct {
+	info     dbconn.ServerInfo
+	locked   bool
+	settings serverSettings
 }
 
-// continuityStart creates the temp table with its row, in a statement of its
-// own. The rest of the runbook's probe runs after the exclusion check, so
-// that the session has to survive contention too.
-func (p *run) continuityStart(ctx context.Context) continuity {
+// serverSettings are the settings and privileges the probe judges, as the
+// server applies them to this session.
+type serverSettings struct {
+	IdleSessionTimeout time.Duration
+	TCP                timing.TCP
+	// ClientOnSocket: the server sees its client on a unix socket (no
+	// inet_client_addr), whatever the DSN said.
+	ClientOnSocket bool
+	ClientPort     int
+	Superuser      bool
+	ReadAllStats   bool
+	SignalBackend  bool
+}
+
+func (p *run) first(ctx context.Context) (firstResult, error) {
 	ctx, cancel := p.step(ctx)
 	defer cancel()
-	_, err := p.a.Exec(ctx, "CREATE TEMP TABLE "+p.ident()+" AS SELECT 42 AS v")
-	// Drop it on cleanup unless the server certainly did not create it.
-	p.tableMaybe = err == nil || sqlState(err) == ""
-	return continuity{createErr: err}
+	var r firstResult
+	var settings map[string]string
+	dest := append(r.info.Dest(), &r.locked, &r.settings.ClientOnSocket, &r.settings.ClientPort, &settings,
+		&r.settings.Superuser, &r.settings.ReadAllStats, &r.settings.SignalBackend)
+	if err := p.a.QueryRow(ctx, firstSQL, p.opts.Key).Scan(dest...); err != nil {
+		return r, err
+	}
+	num := func(name string) int64 {
+		n, _ := strconv.ParseInt(settings[name], 10, 64)
+		return n
+	}
+	s := &r.settings
+	s.IdleSessionTimeout = time.Duration(num("idle_session_timeout")) * time.Millisecond
+	s.TCP = timing.TCP{
+		Idle:        time.Duration(num("tcp_keepalives_idle")) * time.Second,
+		Interval:    time.Duration(num("tcp_keepalives_interval")) * time.Second,
+		Count:       int(num("tcp_keepalives_count")),
+		UserTimeout: time.Duration(num("tcp_user_timeout")) * time.Millisecond,
+	}
+	p.observeA(observation{r.info.BackendPID, r.info.Identity()})
+	p.aLocked = r.locked
+	return r, nil
 }
 
-func (p *run) ident() string { return pgx.Identifier{p.table}.Sanitize() }
+func (p *run) observeA(o observation) {
+	p.sawPID(o.pid)
+	p.mu.Lock()
+	p.aObs = append(p.aObs, o)
+	p.mu.Unlock()
+}
 
-// continuityFinish reads the backend pid again and the row back, each in its
-// own round trip, and judges the sequence of pids A's statements ran on. On
-// a read-only standby, where no temp table can be made, only the pids count.
-func (p *run) continuityFinish(ctx context.Context, c continuity, server dbconn.ServerInfo) Check {
-	standby := c.createErr != nil && server.InRecovery && sqlState(c.createErr) == "25006"
-	if c.createErr != nil && !standby {
-		detail := "CREATE TEMP TABLE failed: " + p.explain(c.createErr)
-		if sqlState(c.createErr) == "42501" {
-			// Without the temp table the runbook's probe cannot run, so
-			// the DSN cannot be shown safe: say what would let it.
-			detail += fmt.Sprintf("; the probe needs a temp table: GRANT TEMPORARY ON DATABASE %s TO %s, or probe as a role that may create one",
-				pgx.Identifier{server.Database}.Sanitize(), pgx.Identifier{server.User}.Sanitize())
+// home is A's first observation: the backend and server every later
+// statement is compared with.
+func (p *run) home() observation { return p.aObs[0] }
+
+// elsewhere says why o is not on A's server, or "".
+func (p *run) elsewhere(o observation) string {
+	h := p.home()
+	switch {
+	case !o.server.SameServer(h.server):
+		return fmt.Sprintf("another server (%s) than A's first (%s)", o.server, h.server)
+	case o.server.InRecovery:
+		return "a standby (" + o.server.String() + ")"
+	}
+	return ""
+}
+
+// ---- session continuity ----
+
+// continuity judges the sequence of backends and servers A's statements
+// ran on: one backend, one server, a primary.
+func (p *run) continuity() Check {
+	p.mu.Lock()
+	obs := slices.Clone(p.aObs)
+	p.mu.Unlock()
+	h := obs[0]
+	var pids []uint32
+	for _, o := range obs {
+		pids = append(pids, o.pid)
+		if why := p.elsewhere(o); why != "" {
+			return fail(CheckContinuity, Safety, "one of connection A's statements ran on "+why+": a load balancer or pooler spreads statements over servers (pgpool-II's load balancing routes read-only ones to standbys), each of which holds its own locks")
 		}
-		return Check{CheckContinuity, Fail, detail}
 	}
-	sctx, cancel := p.step(ctx)
-	var pid uint32
-	err := p.a.QueryRow(sctx, "SELECT pg_backend_pid()").Scan(&pid)
-	cancel()
-	if err != nil {
-		return Check{CheckContinuity, Fail, "SELECT pg_backend_pid() failed: " + p.explain(err)}
+	if distinct := slices.Compact(slices.Sorted(slices.Values(pids))); len(distinct) > 1 {
+		return fail(CheckContinuity, Safety, fmt.Sprintf("connection A's statements ran on %d backends (%s): no stable session", len(distinct), pidList(pids)))
 	}
-	p.sawPID(pid)
-	p.aPIDs = append(p.aPIDs, pid)
-	what := "no temp table on a read-only standby"
-	if !standby {
-		sctx, cancel = p.step(ctx)
-		var v int
-		err = p.a.QueryRow(sctx, "SELECT v FROM "+p.ident()).Scan(&v)
-		cancel()
-		switch {
-		case sqlState(err) == "42P01":
-			return Check{CheckContinuity, Fail, fmt.Sprintf("the temp table created earlier is gone (backend pids seen: %s): statements run in different sessions", pidList(p.aPIDs))}
-		case err != nil:
-			return Check{CheckContinuity, Fail, "reading the temp table back failed: " + p.explain(err)}
-		case v != 42:
-			return Check{CheckContinuity, Fail, fmt.Sprintf("the temp table row came back as %d, not 42", v)}
-		}
-		what = "temp table row read back (the runbook's probe: necessary, not sufficient)"
-	}
-	if distinct := slices.Compact(slices.Sorted(slices.Values(p.aPIDs))); len(distinct) > 1 {
-		return Check{CheckContinuity, Fail, fmt.Sprintf("connection A's statements ran on %d backends (%s): no stable session", len(distinct), pidList(p.aPIDs))}
-	}
-	return Check{CheckContinuity, Pass, fmt.Sprintf("backend pid %d for all %d round trips of connection A; %s", pid, len(p.aPIDs)+2, what)}
+	return pass(CheckContinuity, fmt.Sprintf("backend pid %d on one server for all %d statements of connection A (each its own round trip and transaction)", h.pid, len(obs)))
 }
 
 // ---- exclusion under contention ----
 
-// exclusion takes the probe key on A and has every contender try it, Rounds
-// times, each try its own statement; A re-reads the key's holders after each
-// round. Any of these refuses the DSN: a contender takes the key, a
-// contender's statement runs on A's backend, A's statements move to another
-// backend, A's key is gone, or a contender cannot get a server connection.
-func (p *run) exclusion(ctx context.Context) Check {
+// exclusion has every contender try the key A holds, Rounds times, each try
+// its own statement; after each round A proves that it still holds it. Any
+// of these refuses the DSN: a contender takes the key, a contender's
+// statement runs on A's backend or on another server, A's statements move,
+// A's key is gone, or a contender cannot get a server connection.
+func (p *run) exclusion(ctx context.Context, first firstResult) Check {
 	key := p.opts.Key
-	sctx, cancel := p.step(ctx)
-	lockPID, ok, err := locks.TryLockPID(sctx, p.a, key)
-	cancel()
-	if err != nil {
-		return Check{CheckExclusion, Fail, "connection A could not take the probe key: " + p.explain(err)}
-	}
-	p.sawPID(lockPID)
-	p.aPIDs = append(p.aPIDs, lockPID)
-	if !ok {
+	home := p.home()
+	if !first.locked {
 		sctx, cancel := p.step(ctx)
 		_, holders, _ := locks.KeyHolders(sctx, p.a, key)
 		cancel()
-		return Check{CheckExclusion, Fail, fmt.Sprintf("probe key %d is already held by backend pid(s) %s (another probe running, a worker using the probe key, or a lock stranded on a pooled server connection): try again, pass another --probe-key, or end the holder: SELECT pg_terminate_backend(pid)", key, pidList(holders))}
+		return fail(CheckExclusion, Safety, fmt.Sprintf("probe key %d, picked at random, is already held by backend pid(s) %s: some other client uses the probe's key range, or shares this session's backend", key, pidList(holders)))
 	}
-	p.aLocked = true
-
 	f := newFindings()
 	for i, c := range p.contenders {
 		if c.err != nil {
@@ -118,7 +167,7 @@ func (p *run) exclusion(ctx context.Context) Check {
 	}
 	contenderPIDs := map[uint32]bool{}
 	live := 0
-	for round := 1; round <= p.opts.Rounds; round++ {
+	for round := 1; round <= p.opts.Rounds && ctx.Err() == nil; round++ {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		for i, c := range p.contenders {
@@ -132,7 +181,9 @@ func (p *run) exclusion(ctx context.Context) Check {
 			go func() {
 				defer wg.Done()
 				sctx, cancel := p.step(ctx)
-				pid, took, err := locks.TryLockPID(sctx, c.conn, key)
+				var o observation
+				var took bool
+				err := c.conn.QueryRow(sctx, tryOnSQL, key).Scan(&o.pid, &o.server.SystemID, &o.server.StartedAt, &o.server.InRecovery, &took)
 				timedOut := errors.Is(sctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
 				cancel()
 				mu.Lock()
@@ -144,14 +195,16 @@ func (p *run) exclusion(ctx context.Context) Check {
 				case err != nil:
 					f.note(fmt.Sprintf("contender %d: %s", i+1, p.explain(err)))
 				default:
-					p.sawPID(pid)
-					contenderPIDs[pid] = true
+					p.sawPID(o.pid)
+					contenderPIDs[o.pid] = true
 					if took {
 						c.tookKey = true
-						f.add("took", i+1, pid, round)
+						f.add("took", i+1, o.pid, round)
 					}
-					if pid == lockPID {
-						f.add("shared", i+1, pid, round)
+					if why := p.elsewhere(o); why != "" {
+						f.addWhy("elsewhere", i+1, why)
+					} else if o.pid == home.pid {
+						f.add("shared", i+1, o.pid, round)
 					}
 				}
 			}()
@@ -159,32 +212,40 @@ func (p *run) exclusion(ctx context.Context) Check {
 		wg.Wait()
 
 		sctx, cancel := p.step(ctx)
-		self, holders, err := locks.KeyHolders(sctx, p.a, key)
+		var o observation
+		var held, again bool
+		err := p.a.QueryRow(sctx, recheckSQL, key).Scan(&o.pid, &o.server.SystemID, &o.server.StartedAt, &o.server.InRecovery, &held, &again)
 		cancel()
 		if err != nil {
-			f.note("connection A could not read the key's holders: " + p.explain(err))
+			f.note("connection A could not prove its hold: " + p.explain(err))
 			continue
 		}
-		p.sawPID(self)
-		p.aPIDs = append(p.aPIDs, self)
-		if !slices.Contains(holders, lockPID) {
+		p.observeA(o)
+		switch {
+		case o.pid != home.pid:
+			f.add("moved", 0, o.pid, round)
+		case !held:
 			f.add("released", 0, 0, round)
 		}
-		if self != lockPID {
-			f.add("moved", 0, self, round)
-		}
 	}
-	if problems := f.render(lockPID, p.opts.Timeout); len(problems) > 0 {
-		return Check{CheckExclusion, Fail, strings.Join(problems, "; ")}
+	if f.any("shared", "took", "moved", "elsewhere") {
+		p.multiplexed = true
+	}
+	if problems := f.render(home.pid, p.opts.Timeout); len(problems) > 0 {
+		cause := Safety
+		if !f.any("took", "shared", "moved", "released", "elsewhere") {
+			cause = Liveness // only starved contenders, or notes
+		}
+		return fail(CheckExclusion, cause, strings.Join(problems, "; "))
 	}
 	if live == 0 {
-		return Check{CheckExclusion, Fail, "no contender connection: exclusion is unproven"}
+		return fail(CheckExclusion, Liveness, "no contender connection: exclusion is unproven")
 	}
 	others := make([]uint32, 0, len(contenderPIDs))
 	for pid := range contenderPIDs {
 		others = append(others, pid)
 	}
-	return Check{CheckExclusion, Pass, fmt.Sprintf("while A (backend pid %d) held key %d, %d contender connection(s) on other backends (%s) were refused it in %d rounds, and A still held it", lockPID, key, live, pidList(others), p.opts.Rounds)}
+	return pass(CheckExclusion, fmt.Sprintf("while A (backend pid %d) held key %d, %d contender connection(s) on other backends of the same server (%s) were refused it in %d rounds, and A still held it", home.pid, key, live, pidList(others), p.opts.Rounds))
 }
 
 // findings gathers what went wrong in the exclusion check, by kind, so that
@@ -199,17 +260,23 @@ type finding struct {
 	who    []int
 	pids   []uint32
 	rounds []int
+	whys   []string
 }
 
 func newFindings() *findings { return &findings{kinds: map[string]*finding{}} }
 
-func (f *findings) add(kind string, who int, pid uint32, round int) {
+func (f *findings) get(kind string) *finding {
 	k := f.kinds[kind]
 	if k == nil {
 		k = &finding{}
 		f.kinds[kind] = k
 		f.order = append(f.order, kind)
 	}
+	return k
+}
+
+func (f *findings) add(kind string, who int, pid uint32, round int) {
+	k := f.get(kind)
 	if who > 0 && !slices.Contains(k.who, who) {
 		k.who = append(k.who, who)
 	}
@@ -219,6 +286,25 @@ func (f *findings) add(kind string, who int, pid uint32, round int) {
 	if !slices.Contains(k.rounds, round) {
 		k.rounds = append(k.rounds, round)
 	}
+}
+
+func (f *findings) addWhy(kind string, who int, why string) {
+	k := f.get(kind)
+	if !slices.Contains(k.who, who) {
+		k.who = append(k.who, who)
+	}
+	if !slices.Contains(k.whys, why) {
+		k.whys = append(k.whys, why)
+	}
+}
+
+func (f *findings) any(kinds ...string) bool {
+	for _, k := range kinds {
+		if f.kinds[k] != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *findings) note(msg string) {
@@ -245,6 +331,8 @@ func (f *findings) render(lockPID uint32, timeout time.Duration) []string {
 			if shared != nil {
 				out = append(out, fmt.Sprintf("%s ran on A's own backend (pid %s): connections share server sessions (transaction or statement pooling)", contenders(k.who), pidList(k.pids)))
 			}
+		case "elsewhere":
+			out = append(out, fmt.Sprintf("%s reached %s: a load balancer (HAProxy round-robin, pgpool-II load balancing) spreads connections over servers, each of which holds its own locks, so two clients would both lead", contenders(k.who), strings.Join(k.whys, "; ")))
 		case "starved":
 			out = append(out, fmt.Sprintf("%s got no server connection within %s while A held its session: the pool is exhausted (a pool of one?), so a stand-by could not even wait for the lease", contenders(k.who), timeout))
 		case "released":
@@ -276,25 +364,109 @@ func intList(ns []int) string {
 	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
 }
 
-// ---- cleanup ----
+// ---- idle survival ----
 
-// cleanup drops the temp table and releases the probe key on every
-// connection that may hold it, then checks on the server that neither is
-// left on a backend our statements ran on. Through a transaction pooler a
-// later statement may not reach the backend that an earlier one left them
-// on: then it sweeps (see sweep) and reports what is still left.
-func (p *run) cleanup(ctx context.Context) Check {
-	live := p.liveConns()
-	if len(live) == 0 {
-		return Check{CheckCleanup, Pass, "every probe connection is closed; the server released the probe's session state"}
+// idleSurvival keeps A idle for Options.Idle while it holds the key, then
+// has it prove its hold again: a proxy that cuts idle connections ends the
+// session, and a leader, idle between heartbeats, would lose its lease.
+func (p *run) idleSurvival(ctx context.Context) Check {
+	idle := p.opts.Idle
+	t := time.NewTimer(idle)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return info(CheckIdleCut, "interrupted")
+	case <-t.C:
 	}
-	var problems []string
-	if p.tableMaybe && p.a != nil && !p.a.IsClosed() {
-		if _, err := p.a.Exec(ctx, "DROP TABLE IF EXISTS "+p.ident()); err != nil {
-			problems = append(problems, "drop the temp table: "+p.explain(err))
+	sctx, cancel := p.step(ctx)
+	defer cancel()
+	var o observation
+	var held, again bool
+	err := p.a.QueryRow(sctx, recheckSQL, p.opts.Key).Scan(&o.pid, &o.server.SystemID, &o.server.StartedAt, &o.server.InRecovery, &held, &again)
+	switch {
+	case err != nil:
+		return fail(CheckIdleCut, Liveness, fmt.Sprintf("connection A's session did not survive %s idle (%s): a proxy or load balancer between client and server closes idle connections (HAProxy timeout client/server, a cloud load balancer's idle timeout); a leader is idle between heartbeats and would lose its lease every time; raise that timeout above the heartbeat interval", idle, p.explain(err)))
+	case o.pid != p.home().pid || p.elsewhere(o) != "":
+		p.multiplexed = true
+		return fail(CheckIdleCut, Safety, fmt.Sprintf("after %s idle, connection A's statement ran on backend pid %d, not its own pid %d: its session was handed elsewhere", idle, o.pid, p.home().pid))
+	case !held:
+		return fail(CheckIdleCut, Safety, fmt.Sprintf("after %s idle, A's backend pid %d no longer held the key", idle, o.pid))
+	}
+	p.observeA(o)
+	return pass(CheckIdleCut, fmt.Sprintf("connection A's session, holding the key, survived %s idle", idle))
+}
+
+// ---- the lock dies with its connection ----
+
+// release closes A, which holds the key, and checks from another
+// connection that the key was released with it: a pooler that hands its
+// server connections on without resetting them (PgBouncer in session mode
+// with an empty server_reset_query) keeps a dead leader's lock for the next
+// client.
+func (p *run) release(ctx context.Context) Check {
+	checker, own := p.liveContender(), false
+	if checker == nil {
+		c, err := dbconn.Connect(ctx, p.connConfig())
+		if err != nil {
+			return fail(CheckRelease, Liveness, "no connection to check that the key is released after A closes: "+p.explain(err))
+		}
+		checker, own = c, true
+	}
+	if own {
+		defer checker.Close(context.Background())
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = p.a.Close(cctx)
+	cancel()
+	closed := time.Now()
+	p.aClosed = true
+	// Through a session pooler the reset runs after the client left: give
+	// it a moment. A direct backend exits within a millisecond.
+	limit := min(p.opts.Timeout, 2*time.Second)
+	for {
+		sctx, cancel := p.step(ctx)
+		var o observation
+		var free bool
+		err := checker.QueryRow(sctx, freeSQL, p.opts.Key).Scan(&o.pid, &o.server.SystemID, &o.server.StartedAt, &o.server.InRecovery, &free)
+		cancel()
+		switch {
+		case err != nil:
+			return fail(CheckRelease, Liveness, "could not check that the key was released after A closed: "+p.explain(err))
+		case p.elsewhere(o) != "":
+			return fail(CheckRelease, Safety, "the check of the key ran on "+p.elsewhere(o)+": connections reach different servers")
+		case free:
+			p.aLocked = false
+			return pass(CheckRelease, fmt.Sprintf("the key was free %s after connection A closed: the lock died with its connection", roundDuration(time.Since(closed))))
+		case time.Since(closed) > limit:
+			p.multiplexed = true // the key sits on a pooled server connection: sweep it
+			return fail(CheckRelease, Safety, fmt.Sprintf("the key stayed held for %s after connection A, which held it, closed: its server session outlived it, so a dead leader's lock would pass to whichever client gets that server connection next; a pooler hands connections on without resetting them (PgBouncer: set server_reset_query = DISCARD ALL, or server_reset_query_always)", roundDuration(time.Since(closed))))
+		}
+		select {
+		case <-ctx.Done():
+			return info(CheckRelease, "interrupted")
+		case <-time.After(2 * time.Millisecond):
 		}
 	}
+}
+
+func (p *run) liveContender() *pgx.Conn {
+	for _, c := range p.contenders {
+		if c.conn != nil && !c.conn.IsClosed() {
+			return c.conn
+		}
+	}
+	return nil
+}
+
+// ---- cleanup ----
+
+// cleanup releases the probe key on every open connection that may hold it.
+// When connections turned out to share backends (a transaction pooler), a
+// later statement may not reach the backend that holds it: then it sweeps
+// (see sweep) and reports what is still left, reading pg_locks.
+func (p *run) cleanup(ctx context.Context) Check {
 	released := 0
+	var problems []string
 	for _, conn := range p.mayHoldKey() {
 		n, err := locks.Unlock(ctx, conn, p.opts.Key)
 		released += n
@@ -302,30 +474,28 @@ func (p *run) cleanup(ctx context.Context) Check {
 			problems = append(problems, "release the probe key: "+p.explain(err))
 		}
 	}
-	table, stranded, err := p.leftovers(ctx, live[0])
-	for attempt := 0; err == nil && (table || len(stranded) > 0) && attempt < 3; attempt++ {
-		p.sweep(ctx, table)
-		table, stranded, err = p.leftovers(ctx, live[0])
-	}
-	switch {
-	case err != nil:
-		problems = append(problems, "check that nothing is left: "+p.explain(err))
-	case table || len(stranded) > 0:
-		if table {
-			problems = append(problems, fmt.Sprintf("temp table %s is left on a pooled server connection that our statements do not reach; it goes when the pooler closes that connection", p.table))
-		}
-		if len(stranded) > 0 {
-			problems = append(problems, fmt.Sprintf("probe key %d is still held by backend pid(s) %s, which a pooler's server connection keeps after our client left; it goes when the pooler closes that connection (server_lifetime), or end it: SELECT pg_terminate_backend(pid)", p.opts.Key, pidList(stranded)))
+	if p.multiplexed {
+		if conn := p.anyLive(); conn != nil {
+			stranded, err := p.leftovers(ctx, conn)
+			for attempt := 0; err == nil && len(stranded) > 0 && attempt < 3; attempt++ {
+				p.sweep(ctx)
+				stranded, err = p.leftovers(ctx, conn)
+			}
+			switch {
+			case err != nil:
+				problems = append(problems, "check that nothing is left: "+p.explain(err))
+			case len(stranded) > 0:
+				problems = append(problems, fmt.Sprintf("probe key %d is still held by backend pid(s) %s, which a pooler's server connection keeps after our client left; it goes when the pooler closes that connection (server_lifetime), or end it: SELECT pg_terminate_backend(pid). No later probe uses this key", p.opts.Key, pidList(stranded)))
+			}
 		}
 	}
 	if len(problems) > 0 {
-		return Check{CheckCleanup, Warn, strings.Join(problems, "; ")}
+		return warn(CheckCleanup, strings.Join(problems, "; "))
 	}
-	what := "probe key released"
-	if p.tableMaybe {
-		what = "temp table dropped, probe key released"
+	if p.aClosed && !p.multiplexed {
+		return pass(CheckCleanup, "probe key released with connection A")
 	}
-	return Check{CheckCleanup, Pass, fmt.Sprintf("%s (%d hold(s))", what, released)}
+	return pass(CheckCleanup, fmt.Sprintf("probe key released (%d hold(s))", released))
 }
 
 // mayHoldKey are the open connections whose statements took the key.
@@ -342,18 +512,19 @@ func (p *run) mayHoldKey() []*pgx.Conn {
 	return out
 }
 
-// leftovers reports whether the temp table still exists (pg_class lists
-// every session's temp tables) and which backends our statements ran on
-// still hold the probe key.
-func (p *run) leftovers(ctx context.Context, conn *pgx.Conn) (table bool, stranded []uint32, err error) {
-	if p.tableMaybe {
-		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_class WHERE relname = $1 AND relpersistence = 't')", p.table).Scan(&table); err != nil {
-			return false, nil, err
-		}
+func (p *run) anyLive() *pgx.Conn {
+	if p.a != nil && !p.a.IsClosed() {
+		return p.a
 	}
+	return p.liveContender()
+}
+
+// leftovers reports which backends our statements ran on still hold the
+// probe key (pg_locks: only when connections were multiplexed).
+func (p *run) leftovers(ctx context.Context, conn *pgx.Conn) (stranded []uint32, err error) {
 	_, holders, err := locks.KeyHolders(ctx, conn, p.opts.Key)
 	if err != nil {
-		return table, nil, err
+		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -362,18 +533,26 @@ func (p *run) leftovers(ctx context.Context, conn *pgx.Conn) (table bool, strand
 			stranded = append(stranded, pid)
 		}
 	}
-	return table, stranded, nil
+	return stranded, nil
 }
 
-// sweep runs the cleanup on as many connections at once as there were
+// sweep runs the release on as many connections at once as there were
 // backends our statements ran on, plus one: each statement keeps its server
 // connection for a moment, so a pooler must hand them distinct backends, and
 // the most recently used ones, which are ours, come first.
-func (p *run) sweep(ctx context.Context, table bool) {
+func (p *run) sweep(ctx context.Context) {
 	p.mu.Lock()
 	n := len(p.pids) + 1
 	p.mu.Unlock()
-	conns := p.liveConns()
+	var conns []*pgx.Conn
+	if p.a != nil && !p.a.IsClosed() {
+		conns = append(conns, p.a)
+	}
+	for _, c := range p.contenders {
+		if c.conn != nil && !c.conn.IsClosed() {
+			conns = append(conns, c.conn)
+		}
+	}
 	var extra []*pgx.Conn
 	for len(conns)+len(extra) < min(n, 8) {
 		conn, err := dbconn.Connect(ctx, p.connConfig())
@@ -392,82 +571,43 @@ func (p *run) sweep(ctx context.Context, table bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if table {
-				_, _ = conn.Exec(ctx, "DO $$BEGIN PERFORM pg_sleep(0.05); DROP TABLE IF EXISTS "+p.ident()+"; END$$")
-			}
 			_ = locks.UnlockLingering(ctx, conn, p.opts.Key, 50*time.Millisecond)
 		}()
 	}
 	wg.Wait()
 }
 
-func (p *run) liveConns() []*pgx.Conn {
-	var out []*pgx.Conn
-	if p.a != nil && !p.a.IsClosed() {
-		out = append(out, p.a)
-	}
-	for _, c := range p.contenders {
-		if c.conn != nil && !c.conn.IsClosed() {
-			out = append(out, c.conn)
-		}
-	}
-	return out
-}
+// ---- proxies and poolers ----
 
-// ---- server settings and privileges ----
-
-// serverSettings are the settings and privileges the probe judges.
-type serverSettings struct {
-	IdleSessionTimeout time.Duration
-	KeepalivesIdle     time.Duration
-	KeepalivesInterval time.Duration
-	KeepalivesCount    int
-	UserTimeout        time.Duration
-	ClientPort         int
-	Superuser          bool
-	ReadAllStats       bool
-	SignalBackend      bool
-}
-
-// readSettings reads serverSettings on conn in one statement.
-func (p *run) readSettings(ctx context.Context, conn *pgx.Conn) (serverSettings, error) {
-	ctx, cancel := p.step(ctx)
-	defer cancel()
-	var s serverSettings
-	var idleMS, kaIdle, kaInterval, utMS int64
-	err := conn.QueryRow(ctx, `SELECT
-  coalesce((SELECT setting::bigint FROM pg_settings WHERE name = 'idle_session_timeout'), 0),
-  coalesce((SELECT setting::bigint FROM pg_settings WHERE name = 'tcp_keepalives_idle'), 0),
-  coalesce((SELECT setting::bigint FROM pg_settings WHERE name = 'tcp_keepalives_interval'), 0),
-  coalesce((SELECT setting::int FROM pg_settings WHERE name = 'tcp_keepalives_count'), 0),
-  coalesce((SELECT setting::bigint FROM pg_settings WHERE name = 'tcp_user_timeout'), 0),
-  coalesce((SELECT client_port FROM pg_stat_activity WHERE pid = pg_backend_pid()), 0),
-  coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), false),
-  pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'),
-  pg_has_role(current_user, 'pg_signal_backend', 'USAGE')`).Scan(
-		&idleMS, &kaIdle, &kaInterval, &s.KeepalivesCount, &utMS, &s.ClientPort, &s.Superuser, &s.ReadAllStats, &s.SignalBackend)
-	s.IdleSessionTimeout = time.Duration(idleMS) * time.Millisecond
-	s.KeepalivesIdle = time.Duration(kaIdle) * time.Second
-	s.KeepalivesInterval = time.Duration(kaInterval) * time.Second
-	s.UserTimeout = time.Duration(utMS) * time.Millisecond
-	return s, err
+// proxyResult is the proxy check, and pgpool-II's when it is in the path.
+type proxyResult struct {
+	check  Check
+	pgpool *Check
 }
 
 // proxyHints collects the signs that something sits between client and
-// server. They warn and never refuse: a session-mode pooler is safe.
-// clientPort is the local port of the connection the settings were read on.
-func (p *run) proxyHints(info dbconn.ServerInfo, s serverSettings, settingsErr error, clientPort int) Check {
+// server. They warn and never refuse: a session-mode pooler is safe. When
+// the protocol's pid is not the server's (a proxy), it asks whether the
+// proxy is pgpool-II, whose load balancing refuses the DSN.
+func (p *run) proxyHints(first firstResult) proxyResult {
+	var res proxyResult
 	var hints []string
-	if proto := p.a.PgConn().PID(); proto != info.BackendPID {
-		hints = append(hints, fmt.Sprintf("the protocol says backend pid %d but the server says %d: a proxy or pooler hands out its own pids (PgBouncer does)", proto, info.BackendPID))
+	info, s := first.info, first.settings
+	proxied := p.a.PgConn().PID() != info.BackendPID
+	if proxied {
+		hints = append(hints, fmt.Sprintf("the protocol says backend pid %d but the server says %d: a proxy or pooler hands out its own pids (PgBouncer and pgpool-II do)", p.a.PgConn().PID(), info.BackendPID))
+		res.pgpool = p.pgpool()
+	}
+	if dialed := p.connectedPort(); dialed != 0 && info.Port != 0 && info.Port != dialed {
+		hints = append(hints, fmt.Sprintf("you reached port %d but the backend listens on %d: the connection is forwarded", dialed, info.Port))
+	}
+	if local := localPort(p.a); !s.ClientOnSocket && s.ClientPort != 0 && local != 0 && local != s.ClientPort {
+		hints = append(hints, fmt.Sprintf("the server sees a client on port %d whose local socket is port %d: the connection is relayed (a pooler or proxy, or NAT)", s.ClientPort, local))
+	}
+	if p.connectedPort() == 0 && !s.ClientOnSocket {
+		hints = append(hints, "you connected over a unix socket, but the server sees a TCP client: a relay (a cloud SQL proxy, socat, a pooler) carries the connection over a network")
 	}
 	cfg := p.opts.ConnConfig
-	if !p.viaSocket() && info.Port != 0 && info.Port != int(cfg.Port) {
-		hints = append(hints, fmt.Sprintf("you dialed port %d but the backend listens on %d: the connection is forwarded", cfg.Port, info.Port))
-	}
-	if settingsErr == nil && s.ClientPort != 0 && clientPort != 0 && clientPort != s.ClientPort {
-		hints = append(hints, fmt.Sprintf("the server sees a client on port %d whose local socket is port %d: the connection is relayed (a pooler or proxy, or NAT)", s.ClientPort, clientPort))
-	}
 	hints = append(hints, EndpointHints(cfg.Host, cfg.Port)...)
 	for _, fb := range cfg.Fallbacks {
 		if fb.Host != cfg.Host || fb.Port != cfg.Port {
@@ -475,9 +615,44 @@ func (p *run) proxyHints(info dbconn.ServerInfo, s serverSettings, settingsErr e
 		}
 	}
 	if len(hints) == 0 {
-		return Check{CheckProxy, Pass, "no sign of a proxy: protocol pid = backend pid, ports match"}
+		res.check = pass(CheckProxy, "no sign of a proxy: protocol pid = backend pid, ports match")
+		return res
 	}
-	return Check{CheckProxy, Warn, strings.Join(slices.Compact(hints), "; ") + " (safe only if it keeps one server session per client, like PgBouncer in session mode)"}
+	res.check = warn(CheckProxy, strings.Join(slices.Compact(hints), "; ")+" (safe only if it keeps one server session per client, like PgBouncer in session mode)")
+	return res
+}
+
+// pgpool asks the proxy whether it is pgpool-II (SHOW pool_nodes, which
+// PostgreSQL rejects) and judges its load balancing: pgpool-II routes each
+// statement by the volatility of its functions and its read_only and write
+// function lists, so with a standby in the balance a lock function can run
+// on the standby, where it fences nothing. Nil when it is not pgpool-II.
+func (p *run) pgpool() *Check {
+	ctx, cancel := context.WithTimeout(context.Background(), p.opts.Timeout)
+	defer cancel()
+	rows, err := p.a.Query(ctx, pgpoolNodesSQL, pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		return nil
+	}
+	nodes, err := pgx.CollectRows(rows, pgx.RowToMap)
+	if err != nil || len(nodes) == 0 {
+		return nil
+	}
+	var balanced []string
+	for _, n := range nodes {
+		role, status := fmt.Sprint(n["role"]), fmt.Sprint(n["status"])
+		weight, _ := strconv.ParseFloat(fmt.Sprint(n["lb_weight"]), 64)
+		if role != "primary" && status != "down" && weight > 0 {
+			balanced = append(balanced, fmt.Sprintf("%s:%v (%s, weight %v)", n["hostname"], n["port"], role, weight))
+		}
+	}
+	if len(balanced) == 0 {
+		c := info(CheckPrimary, fmt.Sprintf("pgpool-II with %d node(s), none but the primary in its load balancing", len(nodes)))
+		c.Name = "pgpool"
+		return &c
+	}
+	c := fail("pgpool", Safety, fmt.Sprintf("pgpool-II balances load to %s: it routes each statement by the volatility of its functions and its write_function_list / read_only_function_list, so a lock or a heartbeat can run on a standby, where locks fence nothing, and two clients can hold one key on two servers; give leases a DSN with load_balance_mode = off (or straight to the primary)", strings.Join(balanced, ", ")))
+	return &c
 }
 
 // EndpointHints names well-known pooler and proxy endpoints in a host and
@@ -502,14 +677,27 @@ func EndpointHints(host string, port uint16) []string {
 	return out
 }
 
-func checkPrimary(info dbconn.ServerInfo, cfg *pgx.ConnConfig) Check {
+// ---- settings ----
+
+// distinctHosts counts the different host:port pairs a DSN may connect to;
+// pgx adds a fallback per TLS mode for each host, which is not another
+// host.
+func distinctHosts(cfg *pgx.ConnConfig) int {
+	seen := map[string]bool{net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))): true}
+	for _, fb := range cfg.Fallbacks {
+		seen[net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port)))] = true
+	}
+	return len(seen)
+}
+
+func checkPrimary(info dbconn.ServerInfo, cfg *pgx.ConnConfig, _ int) Check {
 	if info.InRecovery {
-		return Check{CheckPrimary, Fail, "the server is a standby (pg_is_in_recovery() = true): advisory locks there are local to it and fence nothing on the primary; point the DSN at the primary (multi-host DSNs: target_session_attrs=primary)"}
+		return fail(CheckPrimary, Safety, "the server is a standby (pg_is_in_recovery() = true): advisory locks there are local to it and fence nothing on the primary; point the DSN at the primary (multi-host DSNs: target_session_attrs=primary)")
 	}
-	if len(cfg.Fallbacks) > 0 && !sameFunc(cfg.ValidateConnect, pgconn.ValidateConnectTargetSessionAttrsPrimary) {
-		return Check{CheckPrimary, Warn, "primary now, but this multi-host DSN lacks target_session_attrs=primary: after an HA failover it can land on a standby, where every replica wins its own lock (read-write tests the wrong thing)"}
+	if distinctHosts(cfg) > 1 && !sameFunc(cfg.ValidateConnect, pgconn.ValidateConnectTargetSessionAttrsPrimary) {
+		return warn(CheckPrimary, "primary now, but this multi-host DSN lacks target_session_attrs=primary: after an HA failover it can land on a standby, where every replica wins its own lock (read-write tests the wrong thing)")
 	}
-	return Check{CheckPrimary, Pass, fmt.Sprintf("primary (not in recovery), PostgreSQL %s", info.Version)}
+	return pass(CheckPrimary, fmt.Sprintf("primary (not in recovery), PostgreSQL %s, system %d", info.Version, info.SystemID))
 }
 
 func sameFunc(a, b pgconn.ValidateConnectFunc) bool {
@@ -525,23 +713,26 @@ func sameFunc(a, b pgconn.ValidateConnectFunc) bool {
 func checkIdleSessionTimeout(timeout, heartbeat time.Duration) Check {
 	switch {
 	case timeout == 0:
-		return Check{CheckIdle, Pass, "idle_session_timeout = 0: idle lease sessions are not ended"}
+		return pass(CheckIdle, "idle_session_timeout = 0: idle lease sessions are not ended")
 	case timeout <= heartbeat:
-		return Check{CheckIdle, Fail, fmt.Sprintf("idle_session_timeout = %s is not above the heartbeat interval %s: the server ends a leader's idle session between heartbeats; set it to 0 for the lease role (ALTER ROLE … SET idle_session_timeout = 0)", timeout, heartbeat)}
+		return fail(CheckIdle, Liveness, fmt.Sprintf("idle_session_timeout = %s is not above the heartbeat interval %s: the server ends a leader's idle session between heartbeats; set it to 0 for the lease role (ALTER ROLE … SET idle_session_timeout = 0)", timeout, heartbeat))
 	default:
-		return Check{CheckIdle, Warn, fmt.Sprintf("idle_session_timeout = %s: a lease session silent for longer is ended; leasectl's heartbeat (every %s) keeps it alive, but a worker that holds the lock without heartbeats loses it", timeout, heartbeat)}
+		return warn(CheckIdle, fmt.Sprintf("idle_session_timeout = %s: a lease session silent for longer is ended; leasectl's heartbeat (every %s) keeps it alive, but a worker that holds the lock without heartbeats loses it", timeout, heartbeat))
 	}
 }
 
-// checkDeadPeer judges the server's dead-peer detection against the lease
-// (package timing): a leader notices its lost session within heartbeat +
-// timeout, and the server must not hand its key to someone else before, on
-// either path (nothing in flight at the cut, or a reply in flight).
-func checkDeadPeer(s serverSettings, heartbeat, hbTimeout time.Duration, socket bool) Check {
-	if socket {
-		return Check{CheckDeadPeer, Pass, "unix socket: no network between client and server, a dead client is noticed at once"}
+// checkDeadPeer judges the server's dead-peer detection for this session,
+// as the server sees it, against the lease (package timing): a leader
+// notices its lost session within heartbeat + timeout, and the server must
+// not hand its key to someone else before, on either path (nothing in
+// flight at the cut, or a reply in flight). Only a client that the server
+// itself sees on a unix socket has no network in between: a unix-socket
+// DSN may reach a relay that carries the connection over TCP.
+func checkDeadPeer(s serverSettings, heartbeat, hbTimeout time.Duration) Check {
+	if s.ClientOnSocket {
+		return pass(CheckDeadPeer, "the server sees its client on a unix socket: no network between them, a dead client is noticed at once")
 	}
-	tcp := timing.TCP{Idle: s.KeepalivesIdle, Interval: s.KeepalivesInterval, Count: s.KeepalivesCount, UserTimeout: s.UserTimeout}
+	tcp := s.TCP
 	earliest, latest := tcp.Earliest(), tcp.Latest()
 	notice := timing.Lease{HeartbeatInterval: heartbeat, HeartbeatTimeout: hbTimeout}.Notice()
 	switch {
@@ -550,11 +741,11 @@ func checkDeadPeer(s serverSettings, heartbeat, hbTimeout time.Duration, socket 
 		if tcp.InFlight() < tcp.Silent() {
 			how = "when a reply is in flight at the cut (tcp_user_timeout)"
 		}
-		return Check{CheckDeadPeer, Warn, fmt.Sprintf("the server can drop a silent client after ≈%s %s (%s), before a lease with heartbeat %s and timeout %s notices: after a partition two workers could run at once; keep heartbeat + timeout below %s (leasectl's lease sets safe keepalives per session)", earliest, how, tcp, heartbeat, hbTimeout, earliest)}
+		return warn(CheckDeadPeer, fmt.Sprintf("the server can drop a silent client after ≈%s %s (%s), before a lease with heartbeat %s and timeout %s notices: after a partition two workers could run at once; keep heartbeat + timeout below %s (leasectl's lease sets safe keepalives per session)", earliest, how, tcp, heartbeat, hbTimeout, earliest))
 	case latest > 10*time.Minute:
-		return Check{CheckDeadPeer, Warn, fmt.Sprintf("a partitioned or dead leader can keep its lock for ≈%s (%s): set tcp_keepalives_idle=30, tcp_keepalives_interval=10, tcp_keepalives_count=3 and tcp_user_timeout=60000 for the lease role (≈60 s; leasectl's lease sets this per session)", humanDuration(latest), tcp)}
+		return warn(CheckDeadPeer, fmt.Sprintf("the server sees a TCP client, and a partitioned or dead leader can keep its lock for ≈%s (%s): set tcp_keepalives_idle=30, tcp_keepalives_interval=10, tcp_keepalives_count=3 and tcp_user_timeout=60000 for the lease role (≈60 s; leasectl's lease sets this per session)", humanDuration(latest), tcp))
 	default:
-		return Check{CheckDeadPeer, Pass, fmt.Sprintf("a dead client's lock is released after ≈%s to %s (%s), after a lease notices the loss (≤ %s)", earliest, latest, tcp, notice)}
+		return pass(CheckDeadPeer, fmt.Sprintf("a dead client's lock is released after ≈%s to %s (%s), after a lease notices the loss (≤ %s)", earliest, latest, tcp, notice))
 	}
 }
 
@@ -562,7 +753,7 @@ func checkPrivileges(s serverSettings) Check {
 	var who, failover string
 	switch {
 	case s.Superuser:
-		return Check{CheckPrivileges, Info, "superuser: `leasectl who` sees every session and `leasectl failover` can end any backend"}
+		return info(CheckPrivileges, "superuser: `leasectl who` sees every session and `leasectl failover` can end any backend")
 	case s.ReadAllStats:
 		who = "`who` sees every session (pg_read_all_stats)"
 	default:
@@ -573,7 +764,7 @@ func checkPrivileges(s serverSettings) Check {
 	} else {
 		failover = "`failover` can end only this role's own backends (GRANT pg_signal_backend TO this role for others)"
 	}
-	return Check{CheckPrivileges, Info, who + "; " + failover}
+	return info(CheckPrivileges, who+"; "+failover)
 }
 
 func humanDuration(d time.Duration) string {
@@ -606,3 +797,4 @@ func sqlState(err error) string {
 	}
 	return ""
 }
+

@@ -3,7 +3,7 @@ package probe
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -38,12 +38,27 @@ const (
 	Info Status = "info"
 )
 
+// Cause says what a failing check puts at risk.
+type Cause string
+
+const (
+	// Safety: a lease over this DSN can elect two leaders.
+	Safety Cause = "safety"
+	// Liveness: a lease over this DSN would not work: stand-bys cannot
+	// wait, or the leader keeps losing its session.
+	Liveness Cause = "liveness"
+	// Strict: only warnings, refused because of --strict.
+	Strict Cause = "strict"
+)
+
 // The names of the checks, stable for JSON consumers.
 const (
 	CheckConnect    = "connect"
 	CheckPrimary    = "primary"
 	CheckContinuity = "session_continuity"
 	CheckExclusion  = "exclusion"
+	CheckRelease    = "release"
+	CheckIdleCut    = "idle_survival"
 	CheckProxy      = "proxy"
 	CheckIdle       = "idle_session_timeout"
 	CheckDeadPeer   = "dead_peer_detection"
@@ -56,20 +71,28 @@ type Check struct {
 	Name   string `json:"name"`
 	Status Status `json:"status"`
 	Detail string `json:"detail"`
+	// Cause is what a failing check puts at risk; empty unless it fails.
+	Cause Cause `json:"cause,omitempty"`
 }
+
+func pass(name, detail string) Check           { return Check{Name: name, Status: Pass, Detail: detail} }
+func warn(name, detail string) Check           { return Check{Name: name, Status: Warn, Detail: detail} }
+func info(name, detail string) Check           { return Check{Name: name, Status: Info, Detail: detail} }
+func fail(name string, c Cause, d string) Check { return Check{Name: name, Status: Fail, Detail: d, Cause: c} }
 
 // Options configure [Run].
 type Options struct {
 	// ConnConfig is the DSN to probe, parsed by dbconn.Parse. Every probe
 	// connection is opened from a copy of it.
 	ConnConfig *pgx.ConnConfig
-	// Key is the advisory key the probe takes; 0 means locks.DefaultProbeKey.
-	// No role may use it.
+	// Key is the advisory key the probe takes; 0 means a key picked at
+	// random from the probe's range (see RandomKey), so that probes running
+	// at the same time never contend with each other. No role may use it.
 	Key int64
 	// Contenders is how many further connections contend for the key while
 	// the first holds it; default 1 (each costs a server connection).
 	Contenders int
-	// Rounds is how many times the contenders try; default 3.
+	// Rounds is how many times the contenders try; default 2.
 	Rounds int
 	// Timeout bounds connecting and each step; default 5s. A contender that
 	// cannot get a server connection in this time fails the exclusion check.
@@ -79,6 +102,10 @@ type Options struct {
 	HeartbeatInterval time.Duration
 	// HeartbeatTimeout is how long a lease waits for a heartbeat; default 5s.
 	HeartbeatTimeout time.Duration
+	// Idle, when set, keeps connection A idle this long while it holds the
+	// key and then checks that its session survived: proxies and load
+	// balancers cut idle connections (HAProxy's timeout client).
+	Idle time.Duration
 	// Strict makes warnings refuse the DSN too.
 	Strict bool
 }
@@ -90,13 +117,13 @@ const DefaultApplicationName = "leasectl probe"
 func (o *Options) withDefaults() Options {
 	out := *o
 	if out.Key == 0 {
-		out.Key = locks.DefaultProbeKey
+		out.Key = RandomKey()
 	}
 	if out.Contenders <= 0 {
 		out.Contenders = 1
 	}
 	if out.Rounds <= 0 {
-		out.Rounds = 3
+		out.Rounds = 2
 	}
 	if out.Timeout <= 0 {
 		out.Timeout = 5 * time.Second
@@ -110,9 +137,28 @@ func (o *Options) withDefaults() Options {
 	return out
 }
 
+// RandomKey picks a probe key: the high 32 bits of locks.DefaultProbeKey
+// ("leas") and random low 32 bits, in the range that keys lint keeps free
+// of roles (locks.IsProbeKey). Concurrent probes, and what an interrupted
+// probe may have left on a pooled server connection, never meet.
+func RandomKey() int64 {
+	var b [4]byte
+	for {
+		_, _ = rand.Read(b[:])
+		k := locks.ProbeKeyBase | int64(binary.BigEndian.Uint32(b[:]))
+		if k != locks.DefaultProbeKey {
+			return k
+		}
+	}
+}
+
 // Report is the probe's result.
 type Report struct {
-	Verdict Verdict            `json:"verdict"`
+	Verdict Verdict `json:"verdict"`
+	// Refusal is the cause of a Refused verdict: safety when any failing
+	// check puts mutual exclusion at risk, liveness when they only keep a
+	// lease from working, strict when only warnings refused it.
+	Refusal Cause              `json:"refusal,omitempty"`
 	Strict  bool               `json:"strict"`
 	Target  string             `json:"target"`
 	Key     int64              `json:"probe_key"`
@@ -146,30 +192,57 @@ func (r *Report) Reasons() []string {
 }
 
 // Decide assembles the verdict from the checks: any failure refuses, and in
-// strict mode any warning does too.
-func Decide(checks []Check, strict bool) Verdict {
+// strict mode any warning does too. The cause is safety if any failing
+// check says so, else liveness, else strict.
+func Decide(checks []Check, strict bool) (Verdict, Cause) {
+	cause := Cause("")
 	for _, c := range checks {
-		if c.Status == Fail || (strict && c.Status == Warn) {
-			return Refused
+		switch {
+		case c.Status == Fail && c.Cause == Safety:
+			return Refused, Safety
+		case c.Status == Fail:
+			cause = Liveness
+		case strict && c.Status == Warn && cause == "":
+			cause = Strict
 		}
 	}
-	return Stable
+	if cause != "" {
+		return Refused, cause
+	}
+	return Stable, ""
 }
 
+// ErrInterrupted is returned, wrapping the context's error, when the probe
+// was cancelled before it reached a verdict. It cleaned up regardless.
+var ErrInterrupted = errors.New("probe interrupted: no verdict")
+
 // Run probes opts.ConnConfig. It returns an error only when the DSN cannot
-// be used at all: the first connection fails (a *dbconn.ConnectError) or opts
-// is incomplete. Everything else, including failures of later connections,
-// is a check in the report.
-func Run(ctx context.Context, opts Options) (*Report, error) {
+// be used at all (the first connection fails: a *dbconn.ConnectError), when
+// opts is incomplete, or when ctx ended first (ErrInterrupted). Everything
+// else, including failures of later connections, is a check in the report.
+//
+// Connection A takes the probe key in its first statement, which also says
+// which server and backend ran it and reads the settings the checks judge.
+// Every contender then tries the key (it must be refused, on another
+// backend of the same server), and A proves it still holds it (unlock and
+// take again, in one statement): Rounds times. With Idle, A then waits. Then
+// A disconnects and a contender checks that the key was released with it.
+// Every statement is its own round trip and transaction and says which
+// backend and server ran it; none reads pg_locks unless something already
+// went wrong.
+func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	if opts.ConnConfig == nil {
 		return nil, errors.New("probe: no connection config")
 	}
 	o := opts.withDefaults()
 	start := time.Now()
-	p := &run{opts: o, table: "leasectl_probe_" + nonce()}
-	rep := &Report{Strict: o.Strict, Target: dbconn.Addrs(&o.ConnConfig.Config), Key: o.Key}
+	p := &run{opts: o}
+	rep = &Report{Strict: o.Strict, Target: dbconn.Addrs(&o.ConnConfig.Config), Key: o.Key}
 
 	if err := p.connectAll(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx))
+		}
 		return nil, err
 	}
 	defer p.closeAll()
@@ -179,45 +252,51 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.Timeout)
 		defer cancel()
 		rep.Checks = append(rep.Checks, p.cleanup(cctx))
-		rep.Verdict = Decide(rep.Checks, o.Strict)
+		rep.Verdict, rep.Refusal = Decide(rep.Checks, o.Strict)
 		rep.Elapsed = time.Since(start)
 		rep.ElapsedMS = float64(rep.Elapsed.Microseconds()) / 1000
+		if ctx.Err() != nil {
+			rep, err = nil, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx))
+		}
 	}()
 
-	rep.Checks = append(rep.Checks, Check{CheckConnect, Pass, fmt.Sprintf("connected to %s in %s as %s", rep.Target, roundDuration(p.connectTime), o.ConnConfig.User)})
-
-	info, err := p.serverInfo(ctx)
+	rep.Checks = append(rep.Checks, pass(CheckConnect, fmt.Sprintf("connected to %s in %s as %s", rep.Target, roundDuration(p.connectTime), o.ConnConfig.User)))
+	first, err := p.first(ctx)
 	if err != nil {
-		rep.Checks = append(rep.Checks, Check{CheckPrimary, Fail, "the first statement failed: " + p.explain(err) + " (did the pooler find no free server connection?)"})
+		rep.Checks = append(rep.Checks, fail(CheckPrimary, Liveness, "the first statement failed: "+p.explain(err)+" (did the pooler find no free server connection?)"))
 		return rep, nil
 	}
-	rep.Server = &info
-	rep.Checks = append(rep.Checks, checkPrimary(info, o.ConnConfig))
-
-	cont := p.continuityStart(ctx)
-	p.contendersReady()
-	exclusion := p.exclusion(ctx)
-	rep.Checks = append(rep.Checks, p.continuityFinish(ctx, cont, info), exclusion)
-
-	// Every statement runs one at a time: concurrent statements through a
-	// pooler spread over backends, and cleanup must find them all again.
-	settings, serr := p.readSettings(ctx, p.a)
-	rep.Checks = append(rep.Checks, p.proxyHints(info, settings, serr, localPort(p.a)))
-	if serr != nil {
-		rep.Checks = append(rep.Checks, Check{CheckIdle, Warn, "cannot read server settings: " + p.explain(serr)})
-	} else {
-		rep.Checks = append(rep.Checks,
-			checkIdleSessionTimeout(settings.IdleSessionTimeout, o.HeartbeatInterval),
-			checkDeadPeer(settings, o.HeartbeatInterval, o.HeartbeatTimeout, p.viaSocket()),
-			checkPrivileges(settings))
+	rep.Server = &first.info
+	rep.Checks = append(rep.Checks, checkPrimary(first.info, o.ConnConfig, p.connectedPort()))
+	proxy := p.proxyHints(first)
+	if proxy.pgpool != nil {
+		rep.Checks = append(rep.Checks, *proxy.pgpool)
 	}
+
+	p.contendersReady()
+	exclusion := p.exclusion(ctx, first)
+	var idleCut *Check
+	if o.Idle > 0 && exclusion.Status == Pass && ctx.Err() == nil {
+		c := p.idleSurvival(ctx)
+		idleCut = &c
+	}
+	rep.Checks = append(rep.Checks, p.continuity(), exclusion)
+	if idleCut != nil {
+		rep.Checks = append(rep.Checks, *idleCut)
+	}
+	if exclusion.Status == Pass && (idleCut == nil || idleCut.Status == Pass) && ctx.Err() == nil {
+		rep.Checks = append(rep.Checks, p.release(ctx))
+	}
+	rep.Checks = append(rep.Checks, proxy.check,
+		checkIdleSessionTimeout(first.settings.IdleSessionTimeout, o.HeartbeatInterval),
+		checkDeadPeer(first.settings, o.HeartbeatInterval, o.HeartbeatTimeout),
+		checkPrivileges(first.settings))
 	return rep, nil
 }
 
 // run is the state of one probe: its connections and what they observed.
 type run struct {
 	opts        Options
-	table       string
 	a           *pgx.Conn
 	contenders  []*contender
 	connectTime time.Duration
@@ -226,17 +305,24 @@ type run struct {
 	// pids are every backend pid any probe statement ran on: the sessions
 	// that may hold the probe key and must be released.
 	pids map[uint32]bool
-	// aPIDs are the backend pids of A's statements, in order.
-	aPIDs []uint32
-	// aLocked says A took the key.
-	aLocked bool
-	// tableMaybe says the temp table may exist and must be dropped.
-	tableMaybe bool
+	// aObs are A's statements: backend and server, in order.
+	aObs []observation
+	// aLocked says A may hold the key; aClosed that A disconnected.
+	aLocked, aClosed bool
+	// multiplexed says a statement ran on another client's backend, or one
+	// of A's moved: the key may be left on pooled backends.
+	multiplexed bool
 
 	// bg tracks the contenders' background connects.
 	bg       sync.WaitGroup
 	cancelBG context.CancelFunc
 	stopBG   func()
+}
+
+// observation is which backend, on which server, ran a statement.
+type observation struct {
+	pid    uint32
+	server dbconn.Identity
 }
 
 type contender struct {
@@ -300,7 +386,7 @@ func (p *run) closeAll() {
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, conn := range append([]*pgx.Conn{p.a}, p.contenderConns()...) {
-		if conn != nil {
+		if conn != nil && !conn.IsClosed() {
 			wg.Add(1)
 			go func() { defer wg.Done(); conn.Close(ctx) }()
 		}
@@ -331,20 +417,21 @@ func (p *run) sawPID(pid uint32) {
 	p.pids[pid] = true
 }
 
-func (p *run) serverInfo(ctx context.Context) (dbconn.ServerInfo, error) {
-	ctx, cancel := p.step(ctx)
-	defer cancel()
-	info, err := dbconn.Server(ctx, p.a)
-	if err == nil {
-		p.sawPID(info.BackendPID)
-		p.aPIDs = append(p.aPIDs, info.BackendPID)
+// connectedPort is the port A's socket is connected to, or 0 over a unix
+// socket: with several hosts in the DSN, the one pgx chose.
+func (p *run) connectedPort() int {
+	if addr, ok := p.a.PgConn().Conn().RemoteAddr().(*net.TCPAddr); ok {
+		return addr.Port
 	}
-	return info, err
+	return 0
 }
 
-func (p *run) viaSocket() bool {
-	h := p.opts.ConnConfig.Host
-	return len(h) > 0 && h[0] == '/'
+// localPort is the client-side port of a TCP connection, or 0.
+func localPort(conn *pgx.Conn) int {
+	if addr, ok := conn.PgConn().Conn().LocalAddr().(*net.TCPAddr); ok {
+		return addr.Port
+	}
+	return 0
 }
 
 // explain renders an error of a probe statement, naming the pooler trap
@@ -359,12 +446,6 @@ func (p *run) explain(err error) string {
 	return err.Error()
 }
 
-func nonce() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 func roundDuration(d time.Duration) time.Duration {
 	switch {
 	case d > time.Second:
@@ -374,14 +455,6 @@ func roundDuration(d time.Duration) time.Duration {
 	default:
 		return d.Round(time.Microsecond)
 	}
-}
-
-// localPort is the client-side port of a TCP connection, or 0.
-func localPort(conn *pgx.Conn) int {
-	if addr, ok := conn.PgConn().Conn().LocalAddr().(*net.TCPAddr); ok {
-		return addr.Port
-	}
-	return 0
 }
 
 func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }

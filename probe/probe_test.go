@@ -2,8 +2,10 @@ package probe_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,29 +34,24 @@ func connect(t *testing.T, dsn string) *pgx.Conn {
 	return conn
 }
 
-// assertNothingLeft checks, on the primary directly, that no probe left its
-// key held or its temp table behind, and ends whatever did so that one
-// failure does not cascade into the next case.
-func assertNothingLeft(t *testing.T, key int64) {
+// assertNothingLeft checks, on the primary directly, that no probe left a
+// key of the probe's range held, and ends whatever did so that one failure
+// does not cascade into the next case.
+func assertNothingLeft(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
 	conn := connect(t, testLab.DirectDSN())
-	_, holders, err := locks.KeyHolders(ctx, conn, key)
+	var holders []int32
+	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(pid), '{}') FROM pg_locks
+ WHERE locktype = 'advisory' AND objsubid = 1 AND classid = $1::bigint::oid`, locks.ProbeKeyBase>>32).Scan(&holders)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(holders) > 0 {
-		t.Errorf("probe key %d left held by backend(s) %v", key, holders)
+		t.Errorf("probe keys left held by backend(s) %v", holders)
 		for _, pid := range holders {
 			_, _ = conn.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
 		}
-	}
-	var tables int
-	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_class WHERE relname LIKE 'leasectl_probe_%'").Scan(&tables); err != nil {
-		t.Fatal(err)
-	}
-	if tables > 0 {
-		t.Errorf("%d probe temp table(s) left behind", tables)
 	}
 }
 
@@ -79,19 +76,20 @@ func TestVerdicts(t *testing.T) {
 		dsn        string
 		want       probe.Verdict
 		failing    string // the check that must fail, for refused DSNs
+		cause      probe.Cause
 		contenders int
 	}{
-		{"direct TCP", testLab.DirectDSN(), probe.Stable, "", 0},
-		{"direct unix socket", testLab.SocketDSN(), probe.Stable, "", 0},
-		{"PgBouncer transaction mode, pool 20", testLab.PoolerDSN("transaction"), probe.Refused, probe.CheckExclusion, 0},
-		{"PgBouncer transaction mode, pool 1", testLab.PoolerDSN("tx1"), probe.Refused, probe.CheckExclusion, 0},
-		{"PgBouncer session mode", testLab.PoolerDSN("session"), probe.Stable, "", 0},
-		{"PgBouncer statement mode", testLab.PoolerDSN("statement"), probe.Refused, probe.CheckExclusion, 0},
-		{"hot standby", testLab.StandbyDSN(), probe.Refused, probe.CheckPrimary, 0},
+		{"direct TCP", testLab.DirectDSN(), probe.Stable, "", "", 0},
+		{"direct unix socket", testLab.SocketDSN(), probe.Stable, "", "", 0},
+		{"PgBouncer transaction mode, pool 20", testLab.PoolerDSN("transaction"), probe.Refused, probe.CheckExclusion, probe.Safety, 0},
+		{"PgBouncer transaction mode, pool 1", testLab.PoolerDSN("tx1"), probe.Refused, probe.CheckExclusion, probe.Safety, 0},
+		{"PgBouncer session mode", testLab.PoolerDSN("session"), probe.Stable, "", "", 0},
+		{"PgBouncer statement mode", testLab.PoolerDSN("statement"), probe.Refused, probe.CheckExclusion, probe.Safety, 0},
+		{"hot standby", testLab.StandbyDSN(), probe.Refused, probe.CheckPrimary, probe.Safety, 0},
 		// Concurrent contenders spread over the pool's backends: cleanup
-		// must still find the key and the table on every one of them.
-		{"PgBouncer transaction mode, 4 contenders", testLab.PoolerDSN("transaction"), probe.Refused, probe.CheckExclusion, 4},
-		{"PgBouncer statement mode, 4 contenders", testLab.PoolerDSN("statement"), probe.Refused, probe.CheckExclusion, 4},
+		// must still find the key on every one of them.
+		{"PgBouncer transaction mode, 4 contenders", testLab.PoolerDSN("transaction"), probe.Refused, probe.CheckExclusion, probe.Safety, 4},
+		{"PgBouncer statement mode, 4 contenders", testLab.PoolerDSN("statement"), probe.Refused, probe.CheckExclusion, probe.Safety, 4},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,7 +109,13 @@ func TestVerdicts(t *testing.T) {
 			if statusOf(rep, probe.CheckCleanup) != probe.Pass {
 				t.Errorf("cleanup: %s", dump(rep))
 			}
-			assertNothingLeft(t, locks.DefaultProbeKey)
+			if rep.Verdict == probe.Stable && statusOf(rep, probe.CheckRelease) != probe.Pass {
+				t.Errorf("stable without a passing release check:%s", dump(rep))
+			}
+			if rep.Verdict == probe.Refused && rep.Refusal != tc.cause {
+				t.Errorf("refused for %q, want %q:%s", rep.Refusal, tc.cause, dump(rep))
+			}
+			assertNothingLeft(t)
 		})
 	}
 }
@@ -142,7 +146,7 @@ func TestSessionModeIsAProxyButSafe(t *testing.T) {
 	if statusOf(direct, probe.CheckProxy) != probe.Pass {
 		t.Errorf("direct connection flagged as proxied:%s", dump(direct))
 	}
-	assertNothingLeft(t, locks.DefaultProbeKey)
+	assertNothingLeft(t)
 }
 
 // TestPoolOfOneFailsWithinTheTimeout: behind a session pooler with a pool of
@@ -156,25 +160,26 @@ func TestPoolOfOneFailsWithinTheTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, _ := rep.Check(probe.CheckExclusion)
-	if rep.Verdict != probe.Refused || c.Status != probe.Fail || !strings.Contains(c.Detail, "no server connection") {
-		t.Fatalf("verdict %s:%s", rep.Verdict, dump(rep))
+	if rep.Verdict != probe.Refused || c.Status != probe.Fail || !strings.Contains(c.Detail, "no server connection") || rep.Refusal != probe.Liveness {
+		t.Fatalf("verdict %s (%s):%s", rep.Verdict, rep.Refusal, dump(rep))
 	}
 	if ctx.Err() != nil {
 		t.Fatal("the probe ran into the test's one-minute bound: it hung")
 	}
-	assertNothingLeft(t, locks.DefaultProbeKey)
+	assertNothingLeft(t)
 }
 
 // TestCancelledProbeLeavesNothing cancels the probe while it waits on a
-// starved contender; it must return, and still release its key and table.
+// starved contender; it must return without a verdict, and still release
+// its key.
 func TestCancelledProbeLeavesNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(300*time.Millisecond, cancel)
 	rep, err := probe.Run(ctx, probe.Options{ConnConfig: cfgFor(t, testLab.PoolerDSN("session1")), Timeout: 30 * time.Second})
-	if err == nil && rep.Verdict != probe.Refused {
-		t.Errorf("a cancelled probe said %s", rep.Verdict)
+	if !errors.Is(err, probe.ErrInterrupted) || rep != nil {
+		t.Errorf("a cancelled probe returned %+v, %v; want no report and ErrInterrupted", rep, err)
 	}
-	assertNothingLeft(t, locks.DefaultProbeKey)
+	assertNothingLeft(t)
 }
 
 // TestTakenProbeKeyRefuses: when someone already holds the probe key, the
@@ -239,7 +244,7 @@ func TestIdleSessionTimeoutBelowHeartbeatRefuses(t *testing.T) {
 	if c, _ := rep.Check(probe.CheckPrivileges); !strings.Contains(c.Detail, "GRANT pg_read_all_stats") || !strings.Contains(c.Detail, "GRANT pg_signal_backend") {
 		t.Errorf("privileges of an unprivileged role: %s", c.Detail)
 	}
-	assertNothingLeft(t, locks.DefaultProbeKey)
+	assertNothingLeft(t)
 }
 
 func TestUnreachableIsAConnectError(t *testing.T) {
@@ -256,4 +261,111 @@ func TestUnreachableIsAConnectError(t *testing.T) {
 	if strings.Contains(err.Error(), "s3cret-pw") || !strings.Contains(err.Error(), fmt.Sprintf("127.0.0.1:%d", port)) {
 		t.Errorf("error must name host:port and never the password: %v", err)
 	}
+}
+
+// TestALockMustDieWithItsConnection: PgBouncer in session mode with an
+// empty server_reset_query hands a server connection to the next client
+// with the previous client's locks still held. Every session looks stable,
+// but a dead leader's lock survives it. The probe closes A and checks from
+// another connection that the key was released: refused, 5 of 5, naming
+// the reset setting.
+func TestALockMustDieWithItsConnection(t *testing.T) {
+	for i := range 5 {
+		rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, testLab.PoolerDSN("noreset")), Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := rep.Check(probe.CheckRelease)
+		if rep.Verdict != probe.Refused || rep.Refusal != probe.Safety || c.Status != probe.Fail || !strings.Contains(c.Detail, "server_reset_query") {
+			t.Fatalf("run %d: verdict %s (%s):%s", i+1, rep.Verdict, rep.Refusal, dump(rep))
+		}
+	}
+	assertNothingLeft(t)
+}
+
+// TestConcurrentProbesNeverRefuseEachOther: each probe takes a key of its
+// own, so probes of one DSN at the same time all pass.
+func TestConcurrentProbesNeverRefuseEachOther(t *testing.T) {
+	for round := range 10 {
+		var wg sync.WaitGroup
+		reps := make([]*probe.Report, 2)
+		errs := make([]error, 2)
+		for i := range reps {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				reps[i], errs[i] = probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, testLab.DirectDSN())})
+			}()
+		}
+		wg.Wait()
+		for i, rep := range reps {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			if rep.Verdict != probe.Stable {
+				t.Fatalf("round %d, probe %d: %s:%s", round+1, i+1, rep.Verdict, dump(rep))
+			}
+		}
+		if reps[0].Key == reps[1].Key || !locks.IsProbeKey(reps[0].Key) || !locks.IsProbeKey(reps[1].Key) {
+			t.Errorf("keys %d and %d: want two different keys of the probe's range", reps[0].Key, reps[1].Key)
+		}
+	}
+	assertNothingLeft(t)
+}
+
+// TestInterruptedProbesChangeNoLaterVerdict interrupts probes through the
+// transaction pooler at every stage (a probe there may strand its key on a
+// pooled backend), then probes the direct DSN: it must still be STABLE.
+// Every interrupted probe returns no verdict.
+func TestInterruptedProbesChangeNoLaterVerdict(t *testing.T) {
+	for i := range 30 {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(time.Duration(i)*time.Millisecond/2, cancel)
+		rep, err := probe.Run(ctx, probe.Options{ConnConfig: cfgFor(t, testLab.PoolerDSN("transaction"))})
+		cancel()
+		var ce *dbconn.ConnectError
+		switch {
+		case errors.As(err, &ce) && ctx.Err() != nil: // interrupted while connecting
+		case !errors.Is(err, probe.ErrInterrupted) && err != nil:
+			t.Fatalf("probe %d: %v", i+1, err)
+		case err == nil && rep.Verdict != probe.Refused:
+			t.Fatalf("probe %d finished with %s through the transaction pooler", i+1, rep.Verdict)
+		case err != nil && rep != nil:
+			t.Fatalf("probe %d: an interrupted probe returned a report", i+1)
+		}
+	}
+	rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, testLab.DirectDSN())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verdict != probe.Stable {
+		t.Errorf("after 30 interrupted probes, the direct DSN is %s:%s", rep.Verdict, dump(rep))
+	}
+	assertNothingLeft(t)
+}
+
+// TestNoFalseWarnings: a single-host DSN that leaves sslmode to its
+// default (pgx then tries TLS and plain text: two configs, one host) is not
+// a multi-host DSN; the recommended multi-host DSN (primary,standby with
+// target_session_attrs=primary) dials the host it connected to, not the
+// first one. --strict passes both.
+func TestNoFalseWarnings(t *testing.T) {
+	noSSL := strings.Replace(testLab.DirectDSN(), "sslmode=disable&", "", 1)
+	if noSSL == testLab.DirectDSN() {
+		t.Fatalf("cannot drop sslmode from %s", testLab.DirectDSN())
+	}
+	for name, dsn := range map[string]string{
+		"single host, default sslmode":           noSSL,
+		"multi-host with target_session_attrs":   testLab.MultiHostDSN(),
+		"multi-host, standby first, primary last": strings.Replace(testLab.MultiHostDSN(), fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d", testLab.Primary.Port, testLab.Standby.Port), fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d", testLab.Standby.Port, testLab.Primary.Port), 1),
+	} {
+		rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, dsn), Strict: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if statusOf(rep, probe.CheckPrimary) != probe.Pass || statusOf(rep, probe.CheckProxy) != probe.Pass {
+			t.Errorf("%s: primary %s, proxy %s:%s", name, statusOf(rep, probe.CheckPrimary), statusOf(rep, probe.CheckProxy), dump(rep))
+		}
+	}
+	assertNothingLeft(t)
 }

@@ -4,62 +4,69 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasectl/leasectl/timing"
 )
 
 func TestDecide(t *testing.T) {
-	pass := Check{Name: "a", Status: Pass}
-	warn := Check{Name: "b", Status: Warn}
-	fail := Check{Name: "c", Status: Fail}
-	info := Check{Name: "d", Status: Info}
+	ok := Check{Name: "a", Status: Pass}
+	warned := Check{Name: "b", Status: Warn}
+	unsafe := Check{Name: "c", Status: Fail, Cause: Safety}
+	stuck := Check{Name: "e", Status: Fail, Cause: Liveness}
+	note := Check{Name: "d", Status: Info}
 	cases := []struct {
 		checks []Check
 		strict bool
 		want   Verdict
+		cause  Cause
 	}{
-		{[]Check{pass, info}, false, Stable},
-		{[]Check{pass, warn}, false, Stable},
-		{[]Check{pass, warn}, true, Refused},
-		{[]Check{pass, fail}, false, Refused},
-		{[]Check{info}, true, Stable},
+		{[]Check{ok, note}, false, Stable, ""},
+		{[]Check{ok, warned}, false, Stable, ""},
+		{[]Check{ok, warned}, true, Refused, Strict},
+		{[]Check{ok, unsafe}, false, Refused, Safety},
+		{[]Check{stuck, ok}, false, Refused, Liveness},
+		{[]Check{stuck, unsafe}, false, Refused, Safety},
+		{[]Check{warned, stuck}, true, Refused, Liveness},
+		{[]Check{note}, true, Stable, ""},
 	}
 	for i, tc := range cases {
-		if got := Decide(tc.checks, tc.strict); got != tc.want {
-			t.Errorf("case %d: %s, want %s", i, got, tc.want)
+		if got, cause := Decide(tc.checks, tc.strict); got != tc.want || cause != tc.cause {
+			t.Errorf("case %d: %s (%s), want %s (%s)", i, got, cause, tc.want, tc.cause)
 		}
 	}
 }
 
 func TestCheckDeadPeer(t *testing.T) {
-	hb, to := 15*time.Second, 5*time.Second
-	if c := checkDeadPeer(serverSettings{}, hb, to, false); c.Status != Warn || !strings.Contains(c.Detail, "2h11m") {
+	s := time.Second
+	hb, to := 15*s, 5*s
+	tcp := func(idle, interval time.Duration, count int, user time.Duration) serverSettings {
+		return serverSettings{TCP: timing.TCP{Idle: idle, Interval: interval, Count: count, UserTimeout: user}}
+	}
+	if c := checkDeadPeer(serverSettings{}, hb, to); c.Status != Warn || !strings.Contains(c.Detail, "2h11m") {
 		t.Errorf("OS defaults: %+v", c)
 	}
-	fast := serverSettings{KeepalivesIdle: 5 * time.Second, KeepalivesInterval: 2 * time.Second, KeepalivesCount: 3}
-	if c := checkDeadPeer(fast, hb, to, false); c.Status != Warn || !strings.Contains(c.Detail, "two workers") {
+	if c := checkDeadPeer(tcp(5*s, 2*s, 3, 0), hb, to); c.Status != Warn || !strings.Contains(c.Detail, "two workers") {
 		t.Errorf("detection faster than the lease notices: %+v", c)
 	}
 	// tcp_user_timeout shorter than the probes: the server gives up after
 	// 16 s, not 15 + 8 s, before the lease notices at 20 s.
-	early := serverSettings{KeepalivesIdle: 15 * time.Second, KeepalivesInterval: time.Second, KeepalivesCount: 10, UserTimeout: 8 * time.Second}
-	if c := checkDeadPeer(early, hb, to, false); c.Status != Warn || !strings.Contains(c.Detail, "two workers") {
+	if c := checkDeadPeer(tcp(15*s, s, 10, 8*s), hb, to); c.Status != Warn || !strings.Contains(c.Detail, "two workers") {
 		t.Errorf("tcp_user_timeout ending the session before the lease notices: %+v", c)
 	}
 	// A reply in flight at the cut: tcp_user_timeout after that send,
 	// whatever the keepalives say (measured: 5.75 s and 6.5 s).
-	inFlight := serverSettings{KeepalivesIdle: 30 * time.Second, KeepalivesInterval: 10 * time.Second, KeepalivesCount: 3, UserTimeout: 5 * time.Second}
-	if c := checkDeadPeer(inFlight, hb, to, false); c.Status != Warn || !strings.Contains(c.Detail, "in flight") {
+	if c := checkDeadPeer(tcp(30*s, 10*s, 3, 5*s), hb, to); c.Status != Warn || !strings.Contains(c.Detail, "in flight") {
 		t.Errorf("tcp_user_timeout 5 s with a reply in flight: %+v", c)
 	}
 	// Keepalives alone leave the in-flight path to retransmissions: ≈15 min.
-	noUserTimeout := serverSettings{KeepalivesIdle: 30 * time.Second, KeepalivesInterval: 10 * time.Second, KeepalivesCount: 3}
-	if c := checkDeadPeer(noUserTimeout, hb, to, false); c.Status != Warn || !strings.Contains(c.Detail, "15m") {
+	if c := checkDeadPeer(tcp(30*s, 10*s, 3, 0), hb, to); c.Status != Warn || !strings.Contains(c.Detail, "15m") {
 		t.Errorf("keepalives without tcp_user_timeout: %+v", c)
 	}
-	good := serverSettings{KeepalivesIdle: 30 * time.Second, KeepalivesInterval: 10 * time.Second, KeepalivesCount: 3, UserTimeout: time.Minute}
-	if c := checkDeadPeer(good, hb, to, false); c.Status != Pass {
+	if c := checkDeadPeer(tcp(30*s, 10*s, 3, time.Minute), hb, to); c.Status != Pass {
 		t.Errorf("60 s detection on both paths: %+v", c)
 	}
-	if c := checkDeadPeer(serverSettings{}, hb, to, true); c.Status != Pass {
+	// Only the server's own view counts: a client it sees on a unix socket.
+	if c := checkDeadPeer(serverSettings{ClientOnSocket: true}, hb, to); c.Status != Pass {
 		t.Errorf("unix socket: %+v", c)
 	}
 }
