@@ -797,4 +797,3 @@ func sqlState(err error) string {
 	}
 	return ""
 }
-

@@ -75,10 +75,12 @@ type Check struct {
 	Cause Cause `json:"cause,omitempty"`
 }
 
-func pass(name, detail string) Check           { return Check{Name: name, Status: Pass, Detail: detail} }
-func warn(name, detail string) Check           { return Check{Name: name, Status: Warn, Detail: detail} }
-func info(name, detail string) Check           { return Check{Name: name, Status: Info, Detail: detail} }
-func fail(name string, c Cause, d string) Check { return Check{Name: name, Status: Fail, Detail: d, Cause: c} }
+func pass(name, detail string) Check { return Check{Name: name, Status: Pass, Detail: detail} }
+func warn(name, detail string) Check { return Check{Name: name, Status: Warn, Detail: detail} }
+func info(name, detail string) Check { return Check{Name: name, Status: Info, Detail: detail} }
+func fail(name string, c Cause, d string) Check {
+	return Check{Name: name, Status: Fail, Detail: d, Cause: c}
+}
 
 // Options configure [Run].
 type Options struct {

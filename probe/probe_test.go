@@ -355,8 +355,8 @@ func TestNoFalseWarnings(t *testing.T) {
 		t.Fatalf("cannot drop sslmode from %s", testLab.DirectDSN())
 	}
 	for name, dsn := range map[string]string{
-		"single host, default sslmode":           noSSL,
-		"multi-host with target_session_attrs":   testLab.MultiHostDSN(),
+		"single host, default sslmode":            noSSL,
+		"multi-host with target_session_attrs":    testLab.MultiHostDSN(),
 		"multi-host, standby first, primary last": strings.Replace(testLab.MultiHostDSN(), fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d", testLab.Primary.Port, testLab.Standby.Port), fmt.Sprintf("127.0.0.1:%d,127.0.0.1:%d", testLab.Standby.Port, testLab.Primary.Port), 1),
 	} {
 		rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, dsn), Strict: true})
