@@ -43,6 +43,7 @@ func Run(ctx context.Context, cfg Config, work func(ctx context.Context) error) 
 }
 
 type runner struct {
+	cuts       idleCuts
 	cfg        Config
 	work       func(context.Context) error
 	key, fence locks.Key
@@ -62,6 +63,9 @@ type runner struct {
 type sessions struct {
 	main, fenceConn *pgx.Conn
 	info, fenceInfo dbconn.ServerInfo
+	// mainSent and fenceSent are when a statement was last sent on each
+	// session: how long a session was silent when it ended.
+	mainSent, fenceSent time.Time
 }
 
 func (s *sessions) close(timeout time.Duration) {
@@ -260,6 +264,7 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 	if err := setupSession(sctx, s.fenceConn, s.fenceInfo.VersionNum, tcp); err != nil {
 		return nil, fmt.Errorf("stop fence session: %w", err)
 	}
+	s.mainSent, s.fenceSent = time.Now(), time.Now()
 	r.heartbeat()
 	return s, nil
 }
@@ -271,13 +276,20 @@ func (r *runner) onConnection(ctx context.Context, s *sessions) outcome {
 	for {
 		// lock_timeout bounds each wait on the server; the client's own
 		// deadline, a heartbeat timeout later, catches a dead network.
+		s.mainSent = time.Now()
 		ok, err := r.waitLock(ctx, s.main, r.key, r.cfg.HeartbeatInterval)
 		switch {
 		case ctx.Err() != nil:
 			return outcome{final: true, err: context.Cause(ctx)}
 		case err != nil:
+			r.cuts.note(r.log, time.Since(s.mainSent), err, r.cfg.HeartbeatInterval)
 			return outcome{err: fmt.Errorf("stand by: %w", err)}
 		case !ok:
+			// The fence session is idle while standing by: a statement
+			// keeps proxies that cut idle connections from ending it.
+			if err := r.pingFence(s); err != nil {
+				return outcome{err: err}
+			}
 			r.heartbeat()
 			continue
 		}
@@ -320,6 +332,46 @@ func (r *runner) prove(conn *pgx.Conn, key locks.Key, info dbconn.ServerInfo, al
 		return err
 	}
 	return p.Check(key, info.BackendPID, info.Identity(), also)
+}
+
+// pingFence runs a statement on the idle fence session of a stand-by and
+// checks that it still runs on its own backend of the same server.
+func (r *runner) pingFence(s *sessions) error {
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.HeartbeatTimeout)
+	defer cancel()
+	sent := time.Now()
+	p, err := locks.Prove(ctx, s.fenceConn, r.fence, nil)
+	if err != nil {
+		r.cuts.note(r.log, sent.Sub(s.fenceSent), err, r.cfg.HeartbeatInterval)
+		return fmt.Errorf("stop fence session: %w", err)
+	}
+	s.fenceSent = sent
+	if p.PID != s.fenceInfo.BackendPID || !p.Server.SameServer(s.fenceInfo.Identity()) {
+		return fmt.Errorf("stop fence session: its statement ran on backend pid %d of %s, not its own pid %d: something between client and server moves its statements", p.PID, p.Server, s.fenceInfo.BackendPID)
+	}
+	return nil
+}
+
+// heartbeatBoth proves, at the same time, that the lease session holds the
+// key (and the fence session the fence) and that the fence session holds
+// the fence on its own backend: one round trip, and neither session is
+// ever idle for longer than a heartbeat interval.
+func (r *runner) heartbeatBoth(s *sessions, also *locks.Hold) error {
+	fenceErr := make(chan error, 1)
+	go func() {
+		sent := time.Now()
+		err := r.prove(s.fenceConn, r.fence, s.fenceInfo, nil)
+		if err == nil {
+			s.fenceSent = sent
+		}
+		fenceErr <- err
+	}()
+	s.mainSent = time.Now()
+	err := r.prove(s.main, r.key, s.info, also)
+	if ferr := <-fenceErr; err == nil && ferr != nil {
+		err = fmt.Errorf("stop fence session: %w", ferr)
+	}
+	return err
 }
 
 // takeFence takes the stop fence on the fence session while the lease
@@ -393,6 +445,7 @@ func (r *runner) lead(ctx context.Context, s *sessions) outcome {
 	next := time.Now().Add(r.cfg.HeartbeatInterval)
 	for {
 		if err := r.watch(ctx, s.main, next, workDone, fw.lost); err != nil {
+			r.cuts.note(r.log, time.Since(s.mainSent), err, r.cfg.HeartbeatInterval)
 			lost = err
 			break
 		}
@@ -412,6 +465,7 @@ func (r *runner) lead(ctx context.Context, s *sessions) outcome {
 			fw.stop()
 			return outcome{final: true, err: r.release(s, workErr)}
 		case <-fw.lost:
+			r.cuts.note(r.log, time.Since(s.fenceSent), fw.err, r.cfg.HeartbeatInterval)
 			lost = fmt.Errorf("the stop fence session ended: %w", fw.err)
 		default:
 		}
@@ -427,7 +481,14 @@ func (r *runner) lead(ctx context.Context, s *sessions) outcome {
 		if time.Now().Before(next) {
 			continue // woken by a notification that was not for us
 		}
-		if err := r.prove(s.main, r.key, s.info, also); err != nil {
+		fw.stop()
+		if fw.err != nil {
+			lost = fmt.Errorf("the stop fence session ended: %w", fw.err)
+			break
+		}
+		err := r.heartbeatBoth(s, also)
+		fw = watchFence(s.fenceConn)
+		if err != nil {
 			lost = fmt.Errorf("heartbeat: %w", err)
 			break
 		}

@@ -40,10 +40,16 @@ const (
 	// only if its backend held it) and takes it again, in one statement.
 	recheckSQL = `SELECT pg_backend_pid(), ` + dbconn.IdentityColumns + `, released, pg_try_advisory_lock($1)
   FROM (SELECT pg_advisory_unlock($1) AS released OFFSET 0) s`
-	// freeSQL says whether the key is free: it takes it and, if it could,
-	// releases it again.
-	freeSQL = `SELECT pg_backend_pid(), ` + dbconn.IdentityColumns + `,
-       CASE WHEN pg_try_advisory_lock($1) THEN pg_advisory_unlock($1) ELSE false END`
+	// releaseWaitSQL waits, with a transaction-local lock_timeout of %d ms,
+	// until the key %d is free, takes it and releases it again: one round
+	// trip that returns the moment the holder's session lets go, or fails
+	// with 55P03 (lock_not_available). A DO block takes no parameters:
+	// both are integers formatted into it.
+	releaseWaitSQL = `DO $$BEGIN
+  PERFORM set_config('lock_timeout', '%d', true);
+  PERFORM pg_advisory_lock(%d::bigint);
+  PERFORM pg_advisory_unlock(%d::bigint);
+END$$`
 	// pgpoolNodesSQL is pgpool-II's own command; PostgreSQL rejects it.
 	pgpoolNodesSQL = `SHOW pool_nodes`
 )
@@ -420,32 +426,25 @@ func (p *run) release(ctx context.Context) Check {
 	cancel()
 	closed := time.Now()
 	p.aClosed = true
-	// Through a session pooler the reset runs after the client left: give
-	// it a moment. A direct backend exits within a millisecond.
+	// Through a session pooler the reset runs after the client left, and a
+	// backend takes a moment to exit: wait in the server's lock queue for
+	// the key, up to a limit.
 	limit := min(p.opts.Timeout, 2*time.Second)
-	for {
-		sctx, cancel := p.step(ctx)
-		var o observation
-		var free bool
-		err := checker.QueryRow(sctx, freeSQL, p.opts.Key).Scan(&o.pid, &o.server.SystemID, &o.server.StartedAt, &o.server.InRecovery, &free)
-		cancel()
-		switch {
-		case err != nil:
-			return fail(CheckRelease, Liveness, "could not check that the key was released after A closed: "+p.explain(err))
-		case p.elsewhere(o) != "":
-			return fail(CheckRelease, Safety, "the check of the key ran on "+p.elsewhere(o)+": connections reach different servers")
-		case free:
-			p.aLocked = false
-			return pass(CheckRelease, fmt.Sprintf("the key was free %s after connection A closed: the lock died with its connection", roundDuration(time.Since(closed))))
-		case time.Since(closed) > limit:
-			p.multiplexed = true // the key sits on a pooled server connection: sweep it
-			return fail(CheckRelease, Safety, fmt.Sprintf("the key stayed held for %s after connection A, which held it, closed: its server session outlived it, so a dead leader's lock would pass to whichever client gets that server connection next; a pooler hands connections on without resetting them (PgBouncer: set server_reset_query = DISCARD ALL, or server_reset_query_always)", roundDuration(time.Since(closed))))
-		}
-		select {
-		case <-ctx.Done():
-			return info(CheckRelease, "interrupted")
-		case <-time.After(2 * time.Millisecond):
-		}
+	sctx, cancel := context.WithTimeout(ctx, limit+p.opts.Timeout)
+	defer cancel()
+	_, err := checker.Exec(sctx, fmt.Sprintf(releaseWaitSQL, limit.Milliseconds(), p.opts.Key, p.opts.Key))
+	waited := time.Since(closed)
+	switch {
+	case err == nil:
+		p.aLocked = false
+		return pass(CheckRelease, fmt.Sprintf("the key was free %s after connection A closed: the lock died with its connection", roundDuration(waited)))
+	case sqlState(err) == "55P03":
+		p.multiplexed = true // the key sits on a pooled server connection: sweep it
+		return fail(CheckRelease, Safety, fmt.Sprintf("the key stayed held for %s after connection A, which held it, closed: its server session outlived it, so a dead leader's lock would pass to whichever client gets that server connection next; a pooler hands connections on without resetting them (PgBouncer: set server_reset_query = DISCARD ALL, or server_reset_query_always)", roundDuration(waited)))
+	case ctx.Err() != nil:
+		return info(CheckRelease, "interrupted")
+	default:
+		return fail(CheckRelease, Liveness, "could not check that the key was released after A closed: "+p.explain(err))
 	}
 }
 
