@@ -23,6 +23,8 @@ type verifyOptions struct {
 	Yes       bool
 	Within    time.Duration
 	PoolerDSN string
+	LeaseDSN  string
+	Idle      time.Duration
 	Stale     time.Duration
 }
 
@@ -43,6 +45,10 @@ post-deploy checks. For each role of keys.yaml (or each ROLE named):
   pooler_rejection  with --pooler-dsn: the session-stability probe must
                     refuse that DSN (the pooler workers must not hold leases
                     over)
+  lease_dsn         with --lease-dsn or --idle: the probe must accept the
+                    DSN the workers hold leases over (default: --dsn), its
+                    session idle for --idle (a proxy that cuts idle
+                    connections costs a takeover each time)
 
 One line per check and role, pass / fail / skip with why. Exit 0 when no
 check failed (skipped ones were not asked for), 1 otherwise.
@@ -51,7 +57,8 @@ check failed (skipped ones were not asked for), 1 otherwise.
 terminal, and with no terminal it exits 2 without doing anything.`,
 		Example: `  leasectl verify                                    # one_leader for every role
   leasectl verify poller --failover --yes --within 10s
-  leasectl verify --pooler-dsn "$PGBOUNCER_TX_DSN" -o json`,
+  leasectl verify --pooler-dsn "$PGBOUNCER_TX_DSN" -o json
+  leasectl verify --lease-dsn "$WORKERS_DSN" --idle 20s`,
 		ValidArgsFunction: completeRoles(app),
 		RunE: func(c *cobra.Command, args []string) error {
 			opts.Roles = args
@@ -64,6 +71,8 @@ terminal, and with no terminal it exits 2 without doing anything.`,
 	f.BoolVar(&opts.Yes, "yes", false, "confirm --failover without asking")
 	f.DurationVar(&opts.Within, "within", 15*time.Second, "how soon a stand-by must take over in clean_failover")
 	f.StringVar(&opts.PoolerDSN, "pooler-dsn", "", "a pooler DSN that the probe must refuse (pooler_rejection)")
+	f.StringVar(&opts.LeaseDSN, "lease-dsn", "", "the DSN the workers hold leases over, which the probe must accept (lease_dsn; default --dsn)")
+	f.DurationVar(&opts.Idle, "idle", 0, "with lease_dsn: keep the probe's session idle this long (a little above the heartbeat interval, e.g. 20s)")
 	f.DurationVar(&opts.Stale, "stale", 45*time.Second, "a leader idle for longer than this fails one_leader")
 	return c
 }
@@ -75,6 +84,8 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 		return usageErrorf("invalid --within %s: it must be positive, e.g. 15s", opts.Within)
 	case opts.Stale <= 0:
 		return usageErrorf("invalid --stale %s: it must be positive, e.g. 45s", opts.Stale)
+	case opts.Idle < 0:
+		return usageErrorf("invalid --idle %s: it must not be negative, e.g. 20s", opts.Idle)
 	}
 	f, err := app.LoadKeys()
 	if err != nil {
@@ -101,6 +112,12 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 		}
 		if err := checkProbeKeyIsFree(app, 0); err != nil {
 			return err
+		}
+	}
+	var leaseCfg *pgx.ConnConfig
+	if opts.LeaseDSN != "" || opts.Idle > 0 {
+		if leaseCfg, _, err = app.ConnConfig(opts.LeaseDSN); err != nil {
+			return fmt.Errorf("--lease-dsn: %w", err)
 		}
 	}
 	if opts.Failover && !opts.Yes {
@@ -137,6 +154,8 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 		Force:        opts.Force,
 		Within:       opts.Within,
 		PoolerConfig: pooler,
+		LeaseConfig:  leaseCfg,
+		Idle:         opts.Idle,
 		Timeout:      app.Global.Timeout,
 	})
 	if err != nil {

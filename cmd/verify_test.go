@@ -32,7 +32,7 @@ func TestVerifyPassesOnAHealthyDeployment(t *testing.T) {
 	pollerStandBy, _ := standBy(t, "poller-b", foPollerKey)
 	schedulerStandBy, _ := standBy(t, "scheduler-b", foSchedulerKey)
 
-	res := verifyCmd(t, twoRoles(t), "--failover", "--yes", "--force", "--pooler-dsn", testLab.PoolerDSN("transaction"))
+	res := verifyCmd(t, twoRoles(t), "--failover", "--yes", "--force", "--pooler-dsn", testLab.PoolerDSN("transaction"), "--lease-dsn", testLab.PoolerDSN("session"), "--idle", "300ms")
 	if res.Code != 0 {
 		t.Fatalf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
@@ -42,7 +42,11 @@ func TestVerifyPassesOnAHealthyDeployment(t *testing.T) {
 	row(t, res.Stdout, "one_leader", "scheduler", "pass", "pid", itoa(schedulerPID))
 	row(t, res.Stdout, "clean_failover", "scheduler", "pass", "pid", itoa(schedulerStandBy))
 	row(t, res.Stdout, "pooler_rejection", "-", "pass", "the", "probe", "refuses")
-	if !strings.Contains(res.Stdout, "verify: 5 passed, 0 failed, 0 skipped") || !strings.Contains(res.Stdout, "may still be stopping") {
+	row(t, res.Stdout, "lease_dsn", "-", "pass", "the", "probe", "accepts")
+	if !strings.Contains(res.Stdout, "survived 300ms idle") {
+		t.Errorf("lease_dsn does not say it kept the session idle:\n%s", res.Stdout)
+	}
+	if !strings.Contains(res.Stdout, "verify: 6 passed, 0 failed, 0 skipped") || !strings.Contains(res.Stdout, "may still be stopping") {
 		t.Errorf("summary:\n%s", res.Stdout)
 	}
 	if alive(t, pollerPID) || alive(t, schedulerPID) {
@@ -61,7 +65,8 @@ func TestVerifyFailsWithTwoRolesUnheld(t *testing.T) {
 	row(t, res.Stdout, "one_leader", "reconciler", "fail", "no", "holder:")
 	row(t, res.Stdout, "clean_failover", "poller", "skip", "not", "asked", "for")
 	row(t, res.Stdout, "pooler_rejection", "-", "skip")
-	if !strings.Contains(res.Stderr, "2 of 7 checks failed: one_leader scheduler, one_leader reconciler") {
+	row(t, res.Stdout, "lease_dsn", "-", "skip")
+	if !strings.Contains(res.Stderr, "2 of 8 checks failed: one_leader scheduler, one_leader reconciler") {
 		t.Errorf("stderr %q", res.Stderr)
 	}
 
@@ -78,7 +83,7 @@ func TestVerifyFailsWithTwoRolesUnheld(t *testing.T) {
 	if err := json.Unmarshal([]byte(js.Stdout), &doc); err != nil || js.Code != ExitCheckFailed {
 		t.Fatalf("exit %d, %v:\n%s", js.Code, err, js.Stdout)
 	}
-	if doc.Passed || doc.Counts["fail"] != 2 || doc.Counts["pass"] != 1 || doc.Counts["skip"] != 4 || len(doc.Results) != 7 {
+	if doc.Passed || doc.Counts["fail"] != 2 || doc.Counts["pass"] != 1 || doc.Counts["skip"] != 5 || len(doc.Results) != 8 {
 		t.Errorf("JSON summary: %+v", doc)
 	}
 	first := doc.Results[0]
@@ -86,7 +91,7 @@ func TestVerifyFailsWithTwoRolesUnheld(t *testing.T) {
 		first.Failover != nil || first.Probe != nil || *first.Key != fmt.Sprint(foPollerKey) {
 		t.Errorf("JSON first result: %+v", first)
 	}
-	if last := doc.Results[6]; last.Check != "pooler_rejection" || last.Role != nil || last.Key != nil || last.Status != "skip" {
+	if last := doc.Results[7]; last.Check != "lease_dsn" || last.Role != nil || last.Key != nil || last.Status != "skip" {
 		t.Errorf("JSON last result: %+v", last)
 	}
 }

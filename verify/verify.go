@@ -28,6 +28,7 @@ const (
 	CheckOneLeader       = "one_leader"
 	CheckCleanFailover   = "clean_failover"
 	CheckPoolerRejection = "pooler_rejection"
+	CheckLeaseDSN        = "lease_dsn"
 )
 
 // Result is one check of one role (pooler_rejection has no role).
@@ -46,7 +47,8 @@ type Result struct {
 	Now time.Time
 	// Failover is what clean_failover did, when it terminated a holder.
 	Failover *locks.Failover
-	// Probe is pooler_rejection's probe report, when the probe ran.
+	// Probe is the probe report of pooler_rejection or lease_dsn, when the
+	// probe ran.
 	Probe *probe.Report
 }
 
@@ -71,6 +73,12 @@ type Options struct {
 	// PoolerConfig is the DSN the probe must refuse; nil skips
 	// pooler_rejection.
 	PoolerConfig *pgx.ConnConfig
+	// LeaseConfig is the DSN the workers hold their leases over, which the
+	// probe must accept, including Idle; nil skips lease_dsn.
+	LeaseConfig *pgx.ConnConfig
+	// Idle is how long lease_dsn's probe keeps its session idle (probe
+	// --idle): a proxy that cuts idle connections fails it.
+	Idle time.Duration
 	// Timeout bounds each database step: reading the leaders, each
 	// termination (how long it waits for the backend to exit), each of the
 	// probe's connections and steps. Default 5s.
@@ -82,7 +90,7 @@ type Report struct {
 	// Server is the server the roles were checked on.
 	Server dbconn.ServerInfo
 	// Results are in order: per role one_leader then clean_failover, then
-	// pooler_rejection.
+	// pooler_rejection and lease_dsn.
 	Results []Result
 }
 
@@ -141,8 +149,36 @@ func Run(ctx context.Context, conn *pgx.Conn, o Options) (*Report, error) {
 	for i, l := range leases {
 		rep.Results = append(rep.Results, leaders[i], cleanFailover(ctx, conn, o, l, leaders[i]))
 	}
-	rep.Results = append(rep.Results, poolerRejection(ctx, o))
+	rep.Results = append(rep.Results, poolerRejection(ctx, o), leaseDSN(ctx, o))
 	return rep, nil
+}
+
+// leaseDSN probes the workers' DSN, keeping the probe's session idle for
+// o.Idle: the probe must accept it.
+func leaseDSN(ctx context.Context, o Options) Result {
+	r := Result{Check: CheckLeaseDSN, Status: Skip}
+	if o.LeaseConfig == nil {
+		r.Detail = "no --lease-dsn or --idle given"
+		return r
+	}
+	r.Status = Fail
+	rep, err := probe.Run(ctx, probe.Options{ConnConfig: o.LeaseConfig, Timeout: o.Timeout, Idle: o.Idle})
+	if err != nil {
+		r.Detail = "could not probe it: " + err.Error()
+		return r
+	}
+	r.Probe = rep
+	if rep.Verdict != probe.Stable {
+		r.Detail = fmt.Sprintf("the probe refuses %s (%s): %s", rep.Target, rep.Refusal, strings.Join(rep.Reasons(), "; "))
+		return r
+	}
+	r.Status = Pass
+	idle := ""
+	if o.Idle > 0 {
+		idle = fmt.Sprintf(", and its session survived %s idle", o.Idle)
+	}
+	r.Detail = fmt.Sprintf("the probe accepts %s (STABLE)%s", rep.Target, idle)
+	return r
 }
 
 // OneLeader decides one_leader for lease as read at now: exactly one
