@@ -6,7 +6,8 @@
 //
 // It starts its own lab (PostgreSQL + PgBouncer), prints medians, p90 and the
 // ratio of medians for the direct DSN and for the transaction pooler, and
-// stops the lab. Target: ratio ≤ 1.0.
+// stops the lab. Target: ratio ≤ 1.0. It also times the lease's reconnect
+// (lease.Run until it stands by), which runs the same probe.
 package main
 
 import (
@@ -17,8 +18,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/internal/benchutil"
 	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/lease"
 )
 
 // runbook is the runbook's probe: each statement its own transaction.
@@ -99,5 +103,75 @@ func run(n int) error {
 		fmt.Printf("%-22s %12s %12s %12s %12s %8s\n", target.name, benchutil.Ms(a.Median), benchutil.Ms(b.Median), benchutil.Ms(a.P90), benchutil.Ms(b.P90), benchutil.Ratio(b.Median, a.Median))
 	}
 	fmt.Println("\nratio = probe median / psql median; target ≤ 1.00")
+
+	// The lease's reconnect: lease.Run from its start until it stands by
+	// (lease and fence sessions connected, the probe passed), against the
+	// same psql run as the baseline, alternating.
+	holder, err := dbconn.Connect(ctx, mustParse(l.DirectDSN()))
+	if err != nil {
+		return err
+	}
+	defer holder.Close(ctx)
+	const key = 1849999999
+	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(key)); err != nil {
+		return err
+	}
+	var psqlTimes, leaseTimes []time.Duration
+	for i := -3; i < n; i++ {
+		d1, code, err := benchutil.TimeProcess(ctx, nil, psql, "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", l.DirectDSN(), "-f", sqlFile)
+		if err != nil || code != 0 {
+			return fmt.Errorf("psql: exit %d: %v", code, err)
+		}
+		d2, err := timeStandBy(ctx, l.DirectDSN(), key)
+		if err != nil {
+			return err
+		}
+		if i >= 0 {
+			psqlTimes = append(psqlTimes, d1)
+			leaseTimes = append(leaseTimes, d2)
+		}
+	}
+	a, b := benchutil.Summarize(psqlTimes), benchutil.Summarize(leaseTimes)
+	fmt.Printf("\n%-22s %12s %12s %12s %12s %8s\n", "lease (re)connect", "psql median", "lease median", "psql p90", "lease p90", "ratio")
+	fmt.Printf("%-22s %12s %12s %12s %12s %8s\n", "direct (TCP)", benchutil.Ms(a.Median), benchutil.Ms(b.Median), benchutil.Ms(a.P90), benchutil.Ms(b.P90), benchutil.Ratio(b.Median, a.Median))
+	fmt.Println("lease = lease.Run in-process from its start to standing by: lease and stop fence sessions open, the probe passed")
 	return nil
+}
+
+// timeStandBy measures lease.Run from its start until it stands by for key,
+// which another session holds.
+func timeStandBy(ctx context.Context, dsn string, key int64) (time.Duration, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	standing := make(chan time.Time, 1)
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		errc <- lease.Run(ctx, lease.Config{Key: key, DSN: dsn, OnStateChange: func(c lease.Change) {
+			if c.To == lease.StandingBy {
+				select {
+				case standing <- c.At:
+				default:
+				}
+			}
+		}}, func(ctx context.Context) error { <-ctx.Done(); return nil })
+	}()
+	select {
+	case at := <-standing:
+		cancel()
+		<-errc
+		return at.Sub(start), nil
+	case err := <-errc:
+		return 0, fmt.Errorf("lease.Run returned before standing by: %v", err)
+	case <-time.After(time.Minute):
+		return 0, fmt.Errorf("lease.Run did not stand by within a minute")
+	}
+}
+
+func mustParse(dsn string) *pgx.ConnConfig {
+	cfg, err := dbconn.Parse(dsn, 10*time.Second)
+	if err != nil {
+		panic(err)
+	}
+	return cfg
 }
