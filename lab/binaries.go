@@ -17,7 +17,7 @@ type MissingBinaryError struct {
 }
 
 func (e *MissingBinaryError) Error() string {
-	return fmt.Sprintf("%s not found in /usr/lib/postgresql/*/bin, /usr/sbin or PATH (install it: sudo apt-get install -y %s)", e.Name, e.Package)
+	return fmt.Sprintf("%s not found in /usr/lib/postgresql/*/bin, /usr/sbin, /usr/bin or PATH (install it: sudo apt-get install -y %s)", e.Name, e.Package)
 }
 
 // Binaries are the paths of the programs a lab runs.
@@ -27,6 +27,11 @@ type Binaries struct {
 	Postgres     string
 	PgBasebackup string
 	PgBouncer    string
+	// PgPool, HAProxy and Socat are found only for a lab that asks for
+	// pgpool-II, HAProxy instances or relays; empty otherwise.
+	PgPool  string `json:",omitempty"`
+	HAProxy string `json:",omitempty"`
+	Socat   string `json:",omitempty"`
 }
 
 // FindBinaries locates initdb, pg_ctl, postgres and pg_basebackup in the
@@ -35,38 +40,66 @@ type Binaries struct {
 func FindBinaries() (Binaries, error) {
 	var b Binaries
 	pgDir := newestPGBinDir()
-	find := func(name, pkg string, dirs ...string) (string, error) {
-		for _, d := range dirs {
-			if d == "" {
-				continue
-			}
-			p := filepath.Join(d, name)
-			if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-				return p, nil
-			}
-		}
-		if p, err := exec.LookPath(name); err == nil {
-			return p, nil
-		}
-		return "", &MissingBinaryError{Name: name, Package: pkg}
-	}
 	var err error
-	if b.Initdb, err = find("initdb", "postgresql", pgDir); err != nil {
+	if b.Initdb, err = findBinary("initdb", "postgresql", pgDir); err != nil {
 		return b, err
 	}
-	if b.PgCtl, err = find("pg_ctl", "postgresql", pgDir); err != nil {
+	if b.PgCtl, err = findBinary("pg_ctl", "postgresql", pgDir); err != nil {
 		return b, err
 	}
-	if b.Postgres, err = find("postgres", "postgresql", pgDir); err != nil {
+	if b.Postgres, err = findBinary("postgres", "postgresql", pgDir); err != nil {
 		return b, err
 	}
-	if b.PgBasebackup, err = find("pg_basebackup", "postgresql", pgDir); err != nil {
+	if b.PgBasebackup, err = findBinary("pg_basebackup", "postgresql", pgDir); err != nil {
 		return b, err
 	}
-	if b.PgBouncer, err = find("pgbouncer", "pgbouncer", "/usr/sbin", "/usr/local/sbin", "/usr/local/bin"); err != nil {
+	if b.PgBouncer, err = findBinary("pgbouncer", "pgbouncer", "/usr/sbin", "/usr/local/sbin", "/usr/local/bin"); err != nil {
 		return b, err
 	}
 	return b, nil
+}
+
+// findBinary returns the first executable called name in dirs, or else in
+// PATH; when there is none, a *MissingBinaryError naming the Debian package
+// pkg that installs it.
+func findBinary(name, pkg string, dirs ...string) (string, error) {
+	for _, d := range dirs {
+		if d == "" {
+			continue
+		}
+		p := filepath.Join(d, name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	return "", &MissingBinaryError{Name: name, Package: pkg}
+}
+
+// findFrontDoorBinaries adds to b the programs of the front doors opts asks
+// for, and only those: pgpool (Debian package pgpool2) for PgPool, haproxy
+// for HAProxy and socat for Relays, each looked for in /usr/sbin, /usr/bin
+// and PATH. A lab without front doors needs none of them.
+func findFrontDoorBinaries(b *Binaries, opts Options) error {
+	var err error
+	if opts.PgPool != nil {
+		if b.PgPool, err = findBinary("pgpool", "pgpool2", "/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"); err != nil {
+			return err
+		}
+	}
+	if len(opts.HAProxy) > 0 {
+		if b.HAProxy, err = findBinary("haproxy", "haproxy", "/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"); err != nil {
+			return err
+		}
+	}
+	if len(opts.Relays) > 0 {
+		if b.Socat, err = findBinary("socat", "socat", "/usr/bin", "/usr/sbin", "/usr/local/bin"); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func newestPGBinDir() string {

@@ -6,10 +6,15 @@
 // listens on 127.0.0.1 and on a unix socket; each pooler is its own PgBouncer
 // process with its own port and pool mode (transaction and session by
 // default; statement mode or a pool of one on request); a streaming hot
-// standby made with pg_basebackup -R is optional. PostgreSQL and PgBouncer
-// both refuse to run as root, so when the caller is root the servers run as
-// the unprivileged "postgres" user that Debian's packages create, and their
-// files live in a temporary directory that user owns.
+// standby made with pg_basebackup -R is optional. Front doors are optional
+// too, each its own process: pgpool-II load-balancing reads between the
+// primary and the standby, HAProxy instances in TCP mode, and socat relays
+// that serve the primary's TCP port on a local unix socket as the Cloud SQL
+// Auth Proxy does; their programs are needed only when asked for.
+// PostgreSQL and PgBouncer both refuse to run as root, so when the caller is
+// root the servers (and the front doors, alike) run as the unprivileged
+// "postgres" user that Debian's packages create, and their files live in a
+// temporary directory that user owns.
 //
 // DSNs never carry the password: the lab writes a pgpass file and names it
 // with the passfile parameter, which both libpq and pgx honour.

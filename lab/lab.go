@@ -81,6 +81,15 @@ type Options struct {
 	// HBA are extra pg_hba.conf lines for primary and standby, e.g. to admit
 	// clients from a network namespace: "host all all 10.0.0.0/8 scram-sha-256".
 	HBA []string
+	// PgPool, when set, starts pgpool-II in front of the primary and the
+	// standby, with load balancing on; it needs Standby.
+	PgPool *PgPoolSpec
+	// HAProxy are HAProxy instances in TCP mode to start, each in front of
+	// the servers its spec names.
+	HAProxy []HAProxySpec
+	// Relays are the names of socat relays to start: unix sockets that
+	// forward to the primary's TCP port.
+	Relays []string
 	// Log receives one line per step; nil discards them.
 	Log io.Writer
 }
@@ -102,7 +111,8 @@ type Pooler struct {
 	LogFile    string `json:"log_file"`
 }
 
-// Lab is a running throwaway PostgreSQL cluster with its poolers.
+// Lab is a running throwaway PostgreSQL cluster with its poolers and front
+// doors.
 type Lab struct {
 	// Dir keeps lab.json and the pgpass file.
 	Dir string `json:"dir"`
@@ -127,6 +137,12 @@ type Lab struct {
 	Poolers  []Pooler          `json:"poolers"`
 	Settings map[string]string `json:"settings,omitempty"`
 	HBA      []string          `json:"hba,omitempty"`
+	// PgPool is the lab's pgpool-II; nil when it has none.
+	PgPool *PgPool `json:"pgpool,omitempty"`
+	// HAProxies are the lab's HAProxy instances.
+	HAProxies []HAProxy `json:"haproxy,omitempty"`
+	// Relays are the lab's socat relays.
+	Relays []Relay `json:"relays,omitempty"`
 
 	cred *syscall.Credential
 	log  io.Writer
@@ -157,8 +173,14 @@ func DefaultDir() string {
 // Start creates and starts a lab. On failure everything it started is
 // stopped and removed again.
 func Start(ctx context.Context, opts Options) (l *Lab, err error) {
+	if err := checkFrontDoors(opts); err != nil {
+		return nil, err
+	}
 	bin, err := FindBinaries()
 	if err != nil {
+		return nil, err
+	}
+	if err := findFrontDoorBinaries(&bin, opts); err != nil {
 		return nil, err
 	}
 	cred, osUser, err := serverCredential()
@@ -211,7 +233,8 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 		l.PoolerVersion = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
 	}
 
-	ports, err := freePorts(2 + len(poolerSpecs(opts)))
+	nPoolers := len(poolerSpecs(opts))
+	ports, err := freePorts(2 + nPoolers + frontDoorPorts(opts))
 	if err != nil {
 		return l, err
 	}
@@ -243,6 +266,9 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 		if err != nil {
 			return l, err
 		}
+	}
+	if err := l.startFrontDoors(ctx, opts, ports[2+nPoolers:], password); err != nil {
+		return l, err
 	}
 	return l, l.save()
 }
@@ -622,9 +648,9 @@ func PoolerPID(p *Pooler) int {
 
 // ---- roles ----
 
-// AddLogin records the password of an extra login role in the pgpass file
-// and in every pooler's auth file, so that DSNs for that role work. The
-// role itself is created with SQL by the caller.
+// AddLogin records the password of an extra login role in the pgpass file,
+// in every pooler's auth file and in pgpool-II's pool_passwd, so that DSNs
+// for that role work. The role itself is created with SQL by the caller.
 func (l *Lab) AddLogin(role, password string) error {
 	f, err := os.OpenFile(l.PassFile, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
@@ -652,7 +678,7 @@ func (l *Lab) AddLogin(role, password string) error {
 			_ = syscall.Kill(pid, syscall.SIGHUP) // re-read auth_file
 		}
 	}
-	return nil
+	return l.addFrontDoorLogin(role, password)
 }
 
 // ---- status and stop ----
@@ -661,12 +687,17 @@ func (l *Lab) AddLogin(role, password string) error {
 type Component struct {
 	Name string `json:"name"`
 	Kind string `json:"kind"`
-	Port int    `json:"port"`
-	PID  int    `json:"pid"`
-	Up   bool   `json:"up"`
+	// Port is the TCP port on 127.0.0.1, or for a relay the number in its
+	// socket's name.
+	Port int `json:"port"`
+	// Socket is the unix socket of a relay; empty for the others.
+	Socket string `json:"socket,omitempty"`
+	PID    int    `json:"pid"`
+	Up     bool   `json:"up"`
 }
 
-// Status reports each process of the lab: its pid and whether its port
+// Status reports each process of the lab (servers, poolers, then pgpool-II,
+// HAProxy instances and relays): its pid and whether its port or socket
 // accepts connections.
 func (l *Lab) Status() []Component {
 	var out []Component
@@ -681,7 +712,7 @@ func (l *Lab) Status() []Component {
 		p := &l.Poolers[i]
 		add(p.Name, "pgbouncer "+string(p.Mode), p.Port, PoolerPID(p))
 	}
-	return out
+	return append(out, l.frontDoorStatus()...)
 }
 
 // Running reports whether every process of the lab is up.
@@ -706,13 +737,16 @@ func (l *Lab) anyAlive() bool {
 			return true
 		}
 	}
+	if l.frontDoorsAlive() {
+		return true
+	}
 	return l.RunDir != "" && len(ProcessesUsing(l.RunDir)) > 0
 }
 
 // Stop stops every process the lab started, waits until they are gone and
 // removes the lab's files. It is safe to call on a half-started lab.
 func (l *Lab) Stop(ctx context.Context) error {
-	var errs []error
+	errs := l.stopFrontDoors()
 	for i := range l.Poolers {
 		if pid := PoolerPID(&l.Poolers[i]); pid > 0 {
 			errs = append(errs, killAndWait(pid, syscall.SIGTERM, 5*time.Second))
@@ -733,8 +767,19 @@ func (l *Lab) Stop(ctx context.Context) error {
 		}
 	}
 	if l.RunDir != "" {
-		for _, pid := range ProcessesUsing(l.RunDir) {
-			errs = append(errs, killAndWait(pid, syscall.SIGKILL, 5*time.Second))
+		// Sweep up what is left, in rounds: a parent killed in one round
+		// (pgpool-II's main process, say) may have forked a child that the
+		// round's list did not have yet.
+		for round := 0; round < 3; round++ {
+			pids := ProcessesUsing(l.RunDir)
+			if len(pids) == 0 {
+				break
+			}
+			for _, pid := range pids {
+				if err := killAndWait(pid, syscall.SIGKILL, 5*time.Second); err != nil {
+					errs = append(errs, err)
+				}
+			}
 		}
 		if left := ProcessesUsing(l.RunDir); len(left) > 0 {
 			errs = append(errs, fmt.Errorf("processes still running in %s: %v", l.RunDir, left))
@@ -758,7 +803,8 @@ func (l *Lab) Stop(ctx context.Context) error {
 
 // ProcessesUsing returns the pids of processes whose working directory or
 // command line lies in dir: every postgres process of a lab has its data
-// directory as working directory, and every pgbouncer names its config file.
+// directory as working directory, every pgbouncer names its config file, and
+// pgpool-II, HAProxy and socat run from their directories in the run dir.
 func ProcessesUsing(dir string) []int {
 	entries, _ := os.ReadDir("/proc")
 	var pids []int
@@ -819,7 +865,7 @@ func (l *Lab) writeFile(path, content string) error {
 func (l *Lab) run(ctx context.Context, prog string, args ...string) ([]byte, error) {
 	c := exec.CommandContext(ctx, prog, args...)
 	c.Dir = l.RunDir
-	c.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LC_ALL=C", "HOME=" + l.RunDir, "TZ=UTC"}
+	c.Env = l.env()
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: l.cred, Setpgid: true}
 	var out bytes.Buffer
 	c.Stdout, c.Stderr = &out, &out
@@ -831,6 +877,11 @@ func (l *Lab) run(ctx context.Context, prog string, args ...string) ([]byte, err
 		return out.Bytes(), fmt.Errorf("%s %s: %w\n%s", filepath.Base(prog), strings.Join(args, " "), err, strings.TrimSpace(out.String()))
 	}
 	return out.Bytes(), nil
+}
+
+// env is the clean environment the lab's programs run with.
+func (l *Lab) env() []string {
+	return []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LC_ALL=C", "HOME=" + l.RunDir, "TZ=UTC"}
 }
 
 func freePorts(n int) ([]int, error) {
