@@ -277,7 +277,11 @@ func newLabStatusCmd(opts *labOptions) *cobra.Command {
 					if !comp.Up {
 						mark, state = st.Fail.Render("✗"), "down"
 					}
-					fmt.Fprintf(opts.app.IO.Out, "  %s %-12s %-22s 127.0.0.1:%-5d pid %-7d %s\n", mark, comp.Name, comp.Kind, comp.Port, comp.PID, state)
+					where := fmt.Sprintf("127.0.0.1:%d", comp.Port)
+					if comp.Socket != "" {
+						where = comp.Socket
+					}
+					fmt.Fprintf(opts.app.IO.Out, "  %s %-12s %-22s %-15s pid %-7d %s\n", mark, comp.Name, comp.Kind, where, comp.PID, state)
 				}
 			}
 			if !allUp {

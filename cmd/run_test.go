@@ -687,3 +687,22 @@ func TestRunGraceIsOneDeadline(t *testing.T) {
 		t.Errorf("the daemon %d outlived leasectl run:\n%s", daemon, &log)
 	}
 }
+
+// TestRunWarnsAboutAProxysIdleTimeout: through HAProxy with a 2 s client
+// timeout, a lease with a 5 s heartbeat loses its sessions every 2 s. Once
+// two ends agree, run logs a warning that names the likely cause.
+func TestRunWarnsAboutAProxysIdleTimeout(t *testing.T) {
+	f := newRunFixture(t, "poller", 9200040)
+	r := startRun(t, runEnv(f, testLab.HAProxyDSN("idle")), append([]string{"--role", "poller", "--heartbeat-interval", "5s", "--retry-interval", "200ms",
+		"--log-format", "json", "--"}, f.witnessArgs()...)...)
+	r.stderr.WaitFor(t, "keep ending after the same silence", 1, hang)
+	log := r.stderr.String()
+	for _, want := range []string{"closes idle connections", "HAProxy timeout client/server", `"silence":"2`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the warning lacks %q:\n%s", want, log)
+		}
+	}
+	if code := r.stop(t); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+}

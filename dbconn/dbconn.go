@@ -61,12 +61,13 @@ func (e *ConnectError) IsAuth() bool {
 }
 
 // isAuthError reports a rejection of the credentials: SQLSTATE class 28
-// from PostgreSQL, or the protocol violation (08P01) "… authentication
-// failed" that PgBouncer sends for a wrong password.
+// from PostgreSQL, the protocol violation (08P01) "… authentication
+// failed" that PgBouncer sends for a wrong password, or the internal error
+// (XX000) "authentication failed" that pgpool-II sends.
 func isAuthError(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "28") ||
-		pgErr.Code == "08P01" && strings.Contains(pgErr.Message, "authentication failed"))
+		(pgErr.Code == "08P01" || pgErr.Code == "XX000") && strings.Contains(pgErr.Message, "authentication failed"))
 }
 
 // Parse parses dsn like libpq does (URL or key=value, with PG* environment

@@ -52,6 +52,8 @@ const (
 END$$`
 	// pgpoolNodesSQL is pgpool-II's own command; PostgreSQL rejects it.
 	pgpoolNodesSQL = `SHOW pool_nodes`
+	// pgpoolLBSQL is pgpool-II's view of one of its settings.
+	pgpoolLBSQL = `PGPOOL SHOW load_balance_mode`
 )
 
 // ---- A's first statement ----
@@ -636,6 +638,12 @@ func (p *run) pgpool() *Check {
 	nodes, err := pgx.CollectRows(rows, pgx.RowToMap)
 	if err != nil || len(nodes) == 0 {
 		return nil
+	}
+	var mode string
+	if err := p.a.QueryRow(ctx, pgpoolLBSQL, pgx.QueryExecModeSimpleProtocol).Scan(&mode); err == nil && mode == "off" {
+		c := info(CheckPrimary, fmt.Sprintf("pgpool-II with %d node(s) and load_balance_mode = off: every statement goes to the primary", len(nodes)))
+		c.Name = "pgpool"
+		return &c
 	}
 	var balanced []string
 	for _, n := range nodes {

@@ -3,6 +3,7 @@ package probe_test
 import (
 	"os"
 	"testing"
+	"time"
 
 	"github.com/leasectl/leasectl/lab"
 )
@@ -12,6 +13,14 @@ var testLab *lab.Lab
 func TestMain(m *testing.M) {
 	os.Exit(lab.RunMain(m, lab.Options{
 		Standby: true,
+		// Front doors that spread sessions or statements over servers, cut
+		// idle sessions, or carry a unix socket over TCP.
+		PgPool: &lab.PgPoolSpec{},
+		HAProxy: []lab.HAProxySpec{
+			{Name: "rr", Backends: []string{"primary", "standby"}},
+			{Name: "idle", Backends: []string{"primary"}, TimeoutClient: 2 * time.Second},
+		},
+		Relays: []string{"cloudsql"},
 		Poolers: append(lab.EveryPoolMode,
 			// PgBouncer in session mode that hands server connections on
 			// without resetting them: locks outlive their client.

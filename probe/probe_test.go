@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/lab"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
 )
@@ -368,4 +369,117 @@ func TestNoFalseWarnings(t *testing.T) {
 		}
 	}
 	assertNothingLeft(t)
+}
+
+// TestLoadBalancersAreRefused: through pgpool-II with load balancing over
+// the primary and the standby, and through HAProxy round-robin over both,
+// the probe refuses every time, naming load balancing.
+func TestLoadBalancersAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name, dsn, says string
+	}{
+		{"pgpool-II, default settings", testLab.PgPoolDSN(), "pgpool-II balances load"},
+		{"HAProxy round-robin over primary and standby", testLab.HAProxyDSN("rr"), "load balancer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i := range 30 {
+				rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, tc.dsn)})
+				if err != nil {
+					t.Fatalf("run %d: %v", i+1, err)
+				}
+				if rep.Verdict != probe.Refused || rep.Refusal != probe.Safety || !strings.Contains(strings.Join(rep.Reasons(), "; "), tc.says) {
+					t.Fatalf("run %d: %s (%s), want REFUSED naming %q:%s", i+1, rep.Verdict, rep.Refusal, tc.says, dump(rep))
+				}
+			}
+		})
+	}
+	assertNothingLeft(t)
+}
+
+// TestProxyIdleTimeouts: HAProxy in front of the primary cuts sessions idle
+// for 2 s. The probe without --idle cannot see it; with --idle 3s it
+// refuses (liveness), and with --idle 1s the session survives.
+func TestProxyIdleTimeouts(t *testing.T) {
+	dsn := testLab.HAProxyDSN("idle")
+	for _, tc := range []struct {
+		idle time.Duration
+		want probe.Verdict
+	}{{0, probe.Stable}, {3 * time.Second, probe.Refused}, {time.Second, probe.Stable}} {
+		rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, dsn), Idle: tc.idle})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Verdict != tc.want {
+			t.Errorf("--idle %s: %s, want %s:%s", tc.idle, rep.Verdict, tc.want, dump(rep))
+		}
+		if tc.want == probe.Refused {
+			c, _ := rep.Check(probe.CheckIdleCut)
+			if rep.Refusal != probe.Liveness || c.Status != probe.Fail || !strings.Contains(c.Detail, "closes idle connections") {
+				t.Errorf("--idle %s: %s:%s", tc.idle, rep.Refusal, dump(rep))
+			}
+		}
+	}
+	assertNothingLeft(t)
+}
+
+// TestDeadPeerIsJudgedFromTheServersView: a unix-socket DSN that reaches a
+// relay (socat, the way the Cloud SQL Auth Proxy serves its socket) crosses
+// a network: the server sees a TCP client with its default keepalives,
+// which the dead-peer check warns about (and --strict refuses), and the
+// proxy check names the relay. The lab's own unix socket needs neither.
+func TestDeadPeerIsJudgedFromTheServersView(t *testing.T) {
+	rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, testLab.RelayDSN("cloudsql")), Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if statusOf(rep, probe.CheckDeadPeer) != probe.Warn || rep.Verdict != probe.Refused || rep.Refusal != probe.Strict {
+		t.Errorf("through the relay:%s", dump(rep))
+	}
+	if c, _ := rep.Check(probe.CheckProxy); c.Status != probe.Warn || !strings.Contains(c.Detail, "the server sees a TCP client") {
+		t.Errorf("the relay is not named:%s", dump(rep))
+	}
+	rep, err = probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, testLab.SocketDSN()), Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if statusOf(rep, probe.CheckDeadPeer) != probe.Pass || rep.Verdict != probe.Stable {
+		t.Errorf("the server's own unix socket:%s", dump(rep))
+	}
+	assertNothingLeft(t)
+}
+
+// TestPgPoolSettings: pgpool-II configured to treat every function but
+// nextval and setval as read-only balances pg_try_advisory_lock to the
+// standby too, where two clients can hold one key on two servers: refused.
+// With load balancing off every statement goes to the primary: stable.
+// Each needs a pgpool of its own (load_balance_mode takes a restart).
+func TestPgPoolSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		settings map[string]string
+		want     probe.Verdict
+	}{
+		{"write_function_list = 'nextval,setval'", map[string]string{"write_function_list": "'nextval,setval'"}, probe.Refused},
+		{"load_balance_mode = off", map[string]string{"load_balance_mode": "off"}, probe.Stable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := lab.Start(context.Background(), lab.Options{Standby: true, PgPool: &lab.PgPoolSpec{Settings: tc.settings}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Stop(context.Background()) })
+			for i := range 10 {
+				rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, l.PgPoolDSN())})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rep.Verdict != tc.want {
+					t.Fatalf("run %d: %s, want %s:%s", i+1, rep.Verdict, tc.want, dump(rep))
+				}
+				if c, ok := rep.Check("pgpool"); !ok || (tc.want == probe.Stable) != (c.Status == probe.Info) {
+					t.Fatalf("run %d: the pgpool-II check is %+v:%s", i+1, c, dump(rep))
+				}
+			}
+		})
+	}
 }

@@ -15,6 +15,11 @@ need_packages() {
   # The fault suite's network partition (internal/chaos): ip netns, veth, nft.
   command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
   command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
+  # The lab's optional front doors, which the probe's tests go through:
+  # pgpool-II load balancing, HAProxy, a socat unix-to-TCP relay.
+  command -v pgpool >/dev/null 2>&1 || [ -x /usr/sbin/pgpool ] || missing+=(pgpool2)
+  command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
+  command -v socat >/dev/null 2>&1 || missing+=(socat)
   echo "${missing[@]}"
 }
 
