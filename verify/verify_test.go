@@ -56,14 +56,15 @@ func TestHealthyDeploymentPassesEveryCheck(t *testing.T) {
 	conn := pgtest.Conn(t, testLab.DirectDSN(), "verify")
 	rep, err := verify.Run(ctx, conn, verify.Options{
 		Roles: roles, Failover: true, Force: true, Within: time.Minute, PoolerConfig: parse(t, testLab.PoolerDSN("transaction")),
+		LeaseConfig: parse(t, testLab.DirectDSN()),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Passed() || rep.Count(verify.Pass) != 5 || len(rep.Results) != 5 {
-		t.Fatalf("report %+v, want 5 passes", rep.Results)
+	if !rep.Passed() || rep.Count(verify.Pass) != 6 || len(rep.Results) != 6 {
+		t.Fatalf("report %+v, want 6 passes", rep.Results)
 	}
-	order := []string{"one_leader poller", "clean_failover poller", "one_leader scheduler", "clean_failover scheduler", "pooler_rejection "}
+	order := []string{"one_leader poller", "clean_failover poller", "one_leader scheduler", "clean_failover scheduler", "pooler_rejection ", "lease_dsn "}
 	for i, r := range rep.Results {
 		if got := r.Check + " " + r.Role; got != order[i] {
 			t.Errorf("result %d is %q, want %q", i, got, order[i])
@@ -166,8 +167,8 @@ func TestChecksNotAskedForAreSkipped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Passed() || rep.Count(verify.Pass) != 1 || rep.Count(verify.Skip) != 2 {
-		t.Errorf("report %+v, want one pass and two skips", rep.Results)
+	if !rep.Passed() || rep.Count(verify.Pass) != 1 || rep.Count(verify.Skip) != 3 {
+		t.Errorf("report %+v, want one pass and three skips", rep.Results)
 	}
 	if !pgtest.Alive(t, conn, pid) {
 		t.Errorf("the leader was terminated without Failover")
