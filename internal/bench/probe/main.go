@@ -102,6 +102,38 @@ func run(n int) error {
 		a, b := benchutil.Summarize(psqlTimes), benchutil.Summarize(probeTimes)
 		fmt.Printf("%-22s %12s %12s %12s %12s %8s\n", target.name, benchutil.Ms(a.Median), benchutil.Ms(b.Median), benchutil.Ms(a.P90), benchutil.Ms(b.P90), benchutil.Ratio(b.Median, a.Median))
 	}
+	// The same direct probe while 200 sessions hold 10,000 advisory locks:
+	// a probe that scanned pg_locks would pay for each of them.
+	held, err := holdLocks(ctx, l.DirectDSN(), 200, 50)
+	defer func() {
+		for _, c := range held {
+			c.Close(context.Background())
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	var psqlTimes, probeTimes []time.Duration
+	for i := -3; i < n; i++ {
+		d1, code, err := benchutil.TimeProcess(ctx, nil, psql, "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", l.DirectDSN(), "-f", sqlFile)
+		if err != nil || code != 0 {
+			return fmt.Errorf("psql: exit %d: %v", code, err)
+		}
+		d2, code, err := benchutil.TimeProcess(ctx, []string{"NO_COLOR=1"}, bin, "probe", l.DirectDSN())
+		if err != nil || code != 0 {
+			return fmt.Errorf("leasectl probe with 10k locks: exit %d: %v", code, err)
+		}
+		if i >= 0 {
+			psqlTimes = append(psqlTimes, d1)
+			probeTimes = append(probeTimes, d2)
+		}
+	}
+	a, b := benchutil.Summarize(psqlTimes), benchutil.Summarize(probeTimes)
+	fmt.Printf("%-22s %12s %12s %12s %12s %8s\n", "direct, 10k locks held", benchutil.Ms(a.Median), benchutil.Ms(b.Median), benchutil.Ms(a.P90), benchutil.Ms(b.P90), benchutil.Ratio(b.Median, a.Median))
+	for _, c := range held {
+		c.Close(context.Background())
+	}
+	held = nil
 	fmt.Println("\nratio = probe median / psql median; target ≤ 1.00")
 
 	// The lease's reconnect: lease.Run from its start until it stands by
@@ -116,7 +148,7 @@ func run(n int) error {
 	if _, err := holder.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(key)); err != nil {
 		return err
 	}
-	var psqlTimes, leaseTimes []time.Duration
+	psqlTimes, leaseTimes := []time.Duration(nil), []time.Duration(nil)
 	for i := -3; i < n; i++ {
 		d1, code, err := benchutil.TimeProcess(ctx, nil, psql, "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", l.DirectDSN(), "-f", sqlFile)
 		if err != nil || code != 0 {
@@ -131,7 +163,7 @@ func run(n int) error {
 			leaseTimes = append(leaseTimes, d2)
 		}
 	}
-	a, b := benchutil.Summarize(psqlTimes), benchutil.Summarize(leaseTimes)
+	a, b = benchutil.Summarize(psqlTimes), benchutil.Summarize(leaseTimes)
 	fmt.Printf("\n%-22s %12s %12s %12s %12s %8s\n", "lease (re)connect", "psql median", "lease median", "psql p90", "lease p90", "ratio")
 	fmt.Printf("%-22s %12s %12s %12s %12s %8s\n", "direct (TCP)", benchutil.Ms(a.Median), benchutil.Ms(b.Median), benchutil.Ms(a.P90), benchutil.Ms(b.P90), benchutil.Ratio(b.Median, a.Median))
 	fmt.Println("lease = lease.Run in-process from its start to standing by: lease and stop fence sessions open, the probe passed")
@@ -166,6 +198,24 @@ func timeStandBy(ctx context.Context, dsn string, key int64) (time.Duration, err
 	case <-time.After(time.Minute):
 		return 0, fmt.Errorf("lease.Run did not stand by within a minute")
 	}
+}
+
+// holdLocks opens n sessions that each take perSession advisory locks
+// (keys far from any probe's) and then stay idle.
+func holdLocks(ctx context.Context, dsn string, n, perSession int) ([]*pgx.Conn, error) {
+	var conns []*pgx.Conn
+	for i := range n {
+		conn, err := dbconn.Connect(ctx, mustParse(dsn))
+		if err != nil {
+			return conns, err
+		}
+		conns = append(conns, conn)
+		first := int64(7_000_000_000 + i*perSession)
+		if _, err := conn.Exec(ctx, "SELECT count(pg_advisory_lock(k)) FROM generate_series($1::bigint, $2::bigint) k", first, first+int64(perSession)-1); err != nil {
+			return conns, fmt.Errorf("take locks (max_locks_per_transaction too low?): %w", err)
+		}
+	}
+	return conns, nil
 }
 
 func mustParse(dsn string) *pgx.ConnConfig {
