@@ -608,35 +608,17 @@ func TestRunStopsDaemonsBeforeReleasingTheKey(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newRunFixture(t, "poller", int64(9200020+i))
-			pidFile := filepath.Join(f.dir, "daemon.pid")
-			cmd := exec.Command(f.leasectl, "run", "--role", "poller", "--grace", "5s", "--", "sh", "-c", tc.script)
-			cmd.Env = append(os.Environ(), "LEASECTL_DSN="+testLab.DirectDSN(), "LEASECTL_KEYS="+f.keys, "DAEMON_PID="+pidFile)
-			var log leasetest.Buffer
-			cmd.Stderr = &log
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			var daemon int
-			for deadline := time.Now().Add(hang); daemon == 0; time.Sleep(10 * time.Millisecond) {
-				if data, err := os.ReadFile(pidFile); err == nil {
-					daemon, _ = strconv.Atoi(strings.TrimSpace(string(data)))
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("the program did not start its daemon:\n%s", &log)
-				}
-			}
-			t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+			cmd, log, daemon := f.runWithDaemon("5s", tc.script)
 			standby := f.startReplica(testLab.DirectDSN())
 			next := f.next(leasetest.Start)
 			if running(daemon) {
-				t.Errorf("the stand-by's program (pid %d) started while the daemon %d of the old leader still runs:\n%s", next.PID, daemon, &log)
+				t.Errorf("the stand-by's program (pid %d) started while the daemon %d of the old leader still runs:\n%s", next.PID, daemon, log)
 			}
 			if err := cmd.Wait(); err != nil {
-				t.Errorf("leasectl run: %v (want exit 0, the program's status)\n%s", err, &log)
+				t.Errorf("leasectl run: %v (want exit 0, the program's status)\n%s", err, log)
 			}
 			if !strings.Contains(log.String(), "the program exited; stopping what is left of its tree") {
-				t.Errorf("the log does not say that the daemon was stopped:\n%s", &log)
+				t.Errorf("the log does not say that the daemon was stopped:\n%s", log)
 			}
 			if code := standby.stop(t); code != 0 {
 				t.Errorf("stand-by exit %d", code)
@@ -653,38 +635,20 @@ func TestRunStopsDaemonsBeforeReleasingTheKey(t *testing.T) {
 func TestRunGraceIsOneDeadline(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200030)
 	const grace = 3 * time.Second
-	cmd := exec.Command(f.leasectl, "run", "--role", "poller", "--grace", grace.String(), "--", "sh", "-c",
-		`trap "" TERM; setsid sh -c 'trap "" TERM; echo $$ > "$READY"; while :; do sleep 1; done' </dev/null >/dev/null 2>&1 & while :; do sleep 1; done`)
-	ready := filepath.Join(f.dir, "daemon.pid")
-	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+testLab.DirectDSN(), "LEASECTL_KEYS="+f.keys, "READY="+ready)
-	var log leasetest.Buffer
-	cmd.Stderr = &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	var daemon int
-	for deadline := time.Now().Add(hang); daemon == 0; time.Sleep(10 * time.Millisecond) {
-		if data, err := os.ReadFile(ready); err == nil {
-			daemon, _ = strconv.Atoi(strings.TrimSpace(string(data)))
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the program did not start its daemon:\n%s", &log)
-		}
-	}
-	t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+	cmd, log, daemon := f.runWithDaemon(grace.String(),
+		`trap "" TERM; setsid sh -c 'trap "" TERM; echo $$ > "$DAEMON_PID"; while :; do sleep 1; done' </dev/null >/dev/null 2>&1 & while :; do sleep 1; done`)
 	signalled := time.Now()
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()
 	took := time.Since(signalled)
 	if code := cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGKILL) {
-		t.Errorf("exit %d, want %d (the program was SIGKILLed)\n%s", code, 128+int(syscall.SIGKILL), &log)
+		t.Errorf("exit %d, want %d (the program was SIGKILLed)\n%s", code, 128+int(syscall.SIGKILL), log)
 	}
 	if took > grace+grace/2 {
-		t.Errorf("stopping took %s with --grace %s: the grace period was restarted\n%s", took.Round(time.Millisecond), grace, &log)
+		t.Errorf("stopping took %s with --grace %s: the grace period was restarted\n%s", took.Round(time.Millisecond), grace, log)
 	}
 	if running(daemon) {
-		t.Errorf("the daemon %d outlived leasectl run:\n%s", daemon, &log)
+		t.Errorf("the daemon %d outlived leasectl run:\n%s", daemon, log)
 	}
 }
 
@@ -705,4 +669,33 @@ func TestRunWarnsAboutAProxysIdleTimeout(t *testing.T) {
 	if code := r.stop(t); code != 0 {
 		t.Errorf("exit %d", code)
 	}
+}
+
+// runWithDaemon starts the leasectl binary with --grace grace and the sh
+// script as its program; the script starts a daemon and writes its pid to
+// $DAEMON_PID. It returns once the daemon runs, with leasectl's log and the
+// daemon's pid; both are killed when the test ends.
+func (f *runFixture) runWithDaemon(grace, script string) (*exec.Cmd, *leasetest.Buffer, int) {
+	t := f.t
+	t.Helper()
+	pidFile := filepath.Join(f.dir, "daemon.pid")
+	cmd := exec.Command(f.leasectl, "run", "--role", "poller", "--grace", grace, "--", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+testLab.DirectDSN(), "LEASECTL_KEYS="+f.keys, "DAEMON_PID="+pidFile)
+	log := &leasetest.Buffer{}
+	cmd.Stderr = log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var daemon int
+	for deadline := time.Now().Add(hang); daemon == 0; time.Sleep(10 * time.Millisecond) {
+		if data, err := os.ReadFile(pidFile); err == nil {
+			daemon, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the program did not start its daemon:\n%s", log)
+		}
+	}
+	t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+	return cmd, log, daemon
 }
