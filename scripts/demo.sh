@@ -40,7 +40,7 @@ leasectl keys lint
 sed 's/poller: 1840000001/poller: 1840000009/' keys.yaml > "$LAB_DIR/keys.yaml"
 run 'leasectl keys diff "$LAB_DIR/keys.yaml" --base-file keys.yaml'
 
-say "forced failover: worker A holds poller's key, worker B stands by in the server's lock queue"
+say "forced failover: worker A (plain psql, no lease) holds poller's key, worker B stands by in the server's lock queue"
 # Two psql sessions play the workers, each reading statements from a fifo
 # that this script holds open: they stay connected (and idle) until the
 # script closes the fifos or exits.
@@ -53,21 +53,27 @@ PGAPPNAME=poller-b psql -X -q -d "$LEASECTL_DSN" -f "$LAB_DIR/worker-b" >/dev/nu
 exec 4>"$LAB_DIR/worker-b"
 echo "select pg_advisory_lock(1840000001);" >&4
 until leasectl who poller | grep -q '1 waiting'; do sleep 0.1; done
-run 'leasectl failover poller --yes'
+run 'leasectl failover poller --yes --force'
 run 'leasectl verify poller --pooler-dsn "$LEASECTL_LAB_TX_DSN"'
 exec 3>&- 4>&-   # end of input: both psql sessions disconnect
 
-say "leasectl run: two replicas of a worker; only the leader runs it; SIGKILL the leader and the other takes over"
-worker='echo "  worker pid $$ runs under backend $LEASECTL_BACKEND_PID"; exec sleep 600'
+say "leasectl run: two replicas of a worker; only the leader runs it"
+# The worker takes 300 ms to stop after SIGTERM, like one that drains work.
+worker='echo "  worker pid $$ runs under backend $LEASECTL_BACKEND_PID"; trap "sleep 0.3; exit 0" TERM; while :; do sleep 0.1; done'
 leasectl run --role poller -- sh -c "$worker" 2>"$LAB_DIR/a.log" & A=$!
-sleep 1
+until leasectl who poller --check >/dev/null 2>&1; do sleep 0.1; done
 leasectl run --role poller -- sh -c "$worker" 2>"$LAB_DIR/b.log" & B=$!
-sleep 1
-echo "kill -9 the leader's leasectl ($A): its worker dies with it, the stand-by takes over:"
-kill -9 "$A"; wait "$A" 2>/dev/null || true
-sleep 1
-kill -TERM "$B"; wait "$B" || true
-grep -h 'msg=leading\|program started' "$LAB_DIR/b.log" | cut -c1-140
+until leasectl who poller | grep -q '1 waiting'; do sleep 0.1; done
+
+say "graceful failover: the leader is asked to step down; it stops its worker, then the stand-by leads"
+run 'leasectl failover poller --yes'
+until leasectl who poller | grep -q '1 waiting'; do sleep 0.1; done
+
+say "SIGKILL the leader's leasectl (now B, $B): its worker dies with it, A takes over"
+kill -9 "$B"; wait "$B" 2>/dev/null || true
+until [ "$(grep -c 'program started' "$LAB_DIR/a.log")" -ge 2 ]; do sleep 0.1; done
+kill -TERM "$A" 2>/dev/null || true; wait "$A" 2>/dev/null || true
+grep -h 'msg=leading\|program started\|stepped down\|asked to step down' "$LAB_DIR/a.log" "$LAB_DIR/b.log" | sort | cut -c1-150
 
 say "tear down"
 leasectl lab down --dir "$LAB_DIR"
