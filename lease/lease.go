@@ -140,6 +140,9 @@ func (r *runner) onNotification(_ *pgconn.PgConn, n *pgconn.Notification) {
 func (r *runner) run(ctx context.Context) error {
 	var lastErr error
 	failures := 0
+	// searchUntil ends the search for a primary that follows the loss of a
+	// working session (see search).
+	var searchUntil time.Time
 	for {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
@@ -151,17 +154,30 @@ func (r *runner) run(ctx context.Context) error {
 				return context.Cause(ctx)
 			}
 			lastErr = err
-			delay := r.backoff(failures)
-			failures++
 			var refused *RefusedError
-			if errors.As(err, &refused) {
+			switch {
+			case errors.As(err, &refused):
 				r.setState(Refused, refused.BackendPID, err)
-				delay = r.cfg.RetryInterval
-			} else {
+				if !sleep(ctx, r.cfg.RetryInterval) {
+					return context.Cause(ctx)
+				}
+			case time.Now().Before(searchUntil):
+				// Right after a loss the primary is usually back, or a
+				// standby promoted, within seconds: look for it closely.
+				if failures == 0 {
+					r.log.Warn("cannot connect; searching for a primary", "err", err.Error(), "until", searchUntil.Format(time.RFC3339))
+				}
+				failures++
+				if !r.search(ctx, searchUntil) {
+					return context.Cause(ctx)
+				}
+			default:
+				delay := r.backoff(failures)
+				failures++
 				r.log.Warn("cannot connect; retrying", "err", err.Error(), "retry_in", delay.Round(time.Millisecond).String())
-			}
-			if !sleep(ctx, delay) {
-				return context.Cause(ctx)
+				if !sleep(ctx, delay) {
+					return context.Cause(ctx)
+				}
 			}
 			continue
 		}
@@ -172,6 +188,7 @@ func (r *runner) run(ctx context.Context) error {
 			return out.err
 		}
 		lastErr = out.err
+		searchUntil = time.Now().Add(SearchWindow)
 	}
 }
 
