@@ -89,7 +89,13 @@ role, key and backend_pid. Sessions are named "leasectl run ROLE@HOST" (and
 dead network within --heartbeat-interval + --heartbeat-timeout, and its
 sessions on the server are set to outlive a silent client by that plus
 --grace (tcp_user_timeout), so two CMDs never run at once because of a
-partition.`,
+partition.
+
+Systems: everything above holds on Linux. On macOS there is no Pdeathsig and
+no child subreaper: if leasectl is SIGKILLed, CMD runs on (and keeps the key
+held until it exits, so no other replica leads beside it), and a daemon that
+double-forks escapes. On Windows leasectl run refuses (exit 2); run it in a
+Linux container.`,
 		Example: `  leasectl run --role poller -- ./poller --batch 100
   leasectl run --role scheduler --log-format json --metrics-addr :9464 -- ./scheduler
   leasectl run --key 1840000042 --restart -- python3 sweep.py`,
@@ -133,6 +139,9 @@ func runRun(ctx context.Context, opts *runOptions) error {
 	app := opts.app
 	if err := opts.validate(); err != nil {
 		return err
+	}
+	if err := lease.CommandSupport(); err != nil {
+		return &InputError{Err: fmt.Errorf("leasectl run: %w", err)}
 	}
 	role, key, err := opts.roleKey()
 	if err != nil {

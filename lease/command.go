@@ -152,6 +152,9 @@ func (c *Command) Work(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
+	if err := CommandSupport(); err != nil {
+		return &StartError{Path: c.Path, Err: err}
+	}
 	grace := c.Grace
 	if grace <= 0 {
 		grace = DefaultStopTimeout
@@ -169,7 +172,7 @@ func (c *Command) Work(ctx context.Context) error {
 	cmd := &exec.Cmd{
 		Path: c.Path, Args: c.Args, Dir: c.Dir,
 		Stdin: c.Stdin, Stdout: c.Stdout, Stderr: c.Stderr,
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+		SysProcAttr: childAttr(),
 		WaitDelay:   time.Second, // grandchildren holding our pipes open must not stall Wait
 	}
 	// Descriptor 3 is the lease session's socket, 4 the stop fence

@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/leasectl/leasectl/timing"
-	"golang.org/x/sys/unix"
 )
 
 // Session describes the lease that work runs under; work finds it with
@@ -56,39 +55,11 @@ func (s *Session) DupSocket() (*os.File, error) { return dupSocket(s.conn, "leas
 // as the program or anything that inherited the descriptor lives.
 func (s *Session) DupFenceSocket() (*os.File, error) { return dupSocket(s.fence, "fence-socket") }
 
-func dupSocket(conn *pgx.Conn, name string) (*os.File, error) {
-	nc := conn.PgConn().Conn()
-	for {
-		u, ok := nc.(interface{ NetConn() net.Conn }) // *tls.Conn
-		if !ok {
-			break
-		}
-		nc = u.NetConn()
-	}
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return nil, fmt.Errorf("lease socket: %T has no file descriptor", nc)
-	}
-	raw, err := sc.SyscallConn()
-	if err != nil {
-		return nil, fmt.Errorf("lease socket: %w", err)
-	}
-	fd, dupErr := -1, error(nil)
-	if err := raw.Control(func(f uintptr) { fd, dupErr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 3) }); err != nil {
-		return nil, fmt.Errorf("lease socket: %w", err)
-	}
-	if dupErr != nil {
-		return nil, fmt.Errorf("lease socket: dup: %w", dupErr)
-	}
-	// os.NewFile (unlike net.Conn.File) leaves the shared O_NONBLOCK flag
-	// alone when os/exec asks for the descriptor: clearing it would make
-	// pgx's reads of the lease connection block past their deadlines.
-	return os.NewFile(uintptr(fd), name), nil
-}
-
-// dialer returns pgx's DialFunc for lease connections: TCP keepalives and
-// TCP_USER_TIMEOUT from tcp (timing.Lease.ClientTCP), so that this side
-// notices a dead network by itself too.
+// dialer returns pgx's DialFunc for lease connections: TCP keepalives from
+// tcp (timing.Lease.ClientTCP), and, where the system has it,
+// TCP_USER_TIMEOUT (setUserTimeout), so that this side notices a dead
+// network by itself too. Settings on the client's side can only make a
+// leader step down sooner, never later.
 func dialer(tcp timing.TCP) pgconn.DialFunc {
 	d := &net.Dialer{
 		KeepAliveConfig: net.KeepAliveConfig{
@@ -102,9 +73,7 @@ func dialer(tcp timing.TCP) pgconn.DialFunc {
 				return nil
 			}
 			var serr error
-			err := c.Control(func(fd uintptr) {
-				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int(tcp.UserTimeout.Milliseconds()))
-			})
+			err := c.Control(func(fd uintptr) { serr = setUserTimeout(fd, tcp.UserTimeout) })
 			return errors.Join(err, serr)
 		},
 	}

@@ -1,0 +1,255 @@
+package lease
+
+import (
+	"bytes"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// CommandSupport reports why Command cannot run programs on this system,
+// or nil. Linux has everything it needs.
+func CommandSupport() error { return nil }
+
+// childAttr starts the program in its own process group, and has the
+// kernel SIGKILL it when the thread that started it (see Work) exits, even
+// when this process is SIGKILLed.
+func childAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+func killPID(pid int, sig syscall.Signal) { _ = syscall.Kill(pid, sig) }
+
+func readProcs() map[int]proc {
+	out := map[int]proc{}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return out
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if p, ok := readProc(pid); ok {
+			out[pid] = p
+		}
+	}
+	return out
+}
+
+// readProc reads /proc/PID/stat; false when the process is gone.
+func readProc(pid int) (proc, bool) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return proc{}, false
+	}
+	// pid (comm) state ppid pgrp ...; comm may contain spaces and parens.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return proc{}, false
+	}
+	f := bytes.Fields(stat[i+1:])
+	if len(f) < 20 {
+		return proc{}, false
+	}
+	ppid, _ := strconv.Atoi(string(f[1]))
+	pgrp, _ := strconv.Atoi(string(f[2]))
+	start, _ := strconv.ParseUint(string(f[19]), 10, 64)
+	return proc{pid: pid, ppid: ppid, pgrp: pgrp, zombie: string(f[0]) == "Z", start: start}, true
+}
+
+// startTime is pid's start time in clock ticks after boot, or 0.
+func startTime(pid int) uint64 {
+	p, _ := readProc(pid)
+	return p.start
+}
+
+// hasEnv reports whether process pid's initial environment contains kv.
+// Processes of other users are unreadable unless this process is root.
+func hasEnv(pid int, kv []byte) bool {
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	for _, v := range bytes.Split(env, []byte{0}) {
+		if bytes.Equal(v, kv) {
+			return true
+		}
+	}
+	return false
+}
+
+// members returns the live (not zombie) processes of the tree: the
+// program's process group, processes that carry its id, and, as a
+// subreaper, every descendant of this process. Never this process.
+//
+// As a subreaper the descendants are the whole tree (an orphan is
+// reparented to the nearest subreaper among its ancestors, which is this
+// process or one of its descendants), and they are found by walking the
+// children lists of /proc, which costs little. Otherwise every process of
+// the system is looked at.
+func (t *programTree) members() []proc {
+	if t.descendants {
+		if out, ok := liveDescendants(os.Getpid()); ok {
+			return out
+		}
+	}
+	self := os.Getpid()
+	procs := readProcs()
+	kv := []byte(programIDVar + "=" + t.id)
+	var out []proc
+	for pid, p := range procs {
+		if pid == self || p.zombie {
+			continue
+		}
+		// Only processes started with or after the program can carry its id.
+		if p.pgrp == t.pid || (t.descendants && descends(procs, pid, self)) || (p.start >= t.start && hasEnv(pid, kv)) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// liveDescendants returns the descendants of root that are not zombies,
+// from the children lists of /proc/PID/task/TID/children; false when the
+// kernel does not provide them.
+func liveDescendants(root int) ([]proc, bool) {
+	var out []proc
+	queue := []int{root}
+	seen := map[int]bool{root: true}
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		kids, ok := children(pid)
+		if !ok && pid == root {
+			return nil, false
+		}
+		for _, k := range kids {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			queue = append(queue, k)
+			if p, ok := readProc(k); ok && !p.zombie {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, true
+}
+
+// children lists the children of pid, from every one of its threads.
+func children(pid int) ([]int, bool) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, false
+	}
+	var out []int
+	for _, task := range tasks {
+		data, err := os.ReadFile(dir + "/" + task.Name() + "/children")
+		if err != nil {
+			return nil, false
+		}
+		for _, f := range bytes.Fields(data) {
+			if k, err := strconv.Atoi(string(f)); err == nil {
+				out = append(out, k)
+			}
+		}
+	}
+	return out, true
+}
+
+func isZombie(pid int) bool {
+	p, ok := readProc(pid)
+	return !ok || p.zombie // gone, or a zombie
+}
+
+// descends reports whether pid is a descendant of ancestor.
+func descends(procs map[int]proc, pid, ancestor int) bool {
+	for range 1 << 12 { // a cycle cannot happen, but bound the walk anyway
+		p, ok := procs[pid]
+		switch {
+		case !ok:
+			return false
+		case p.ppid == ancestor:
+			return true
+		case p.ppid <= 1:
+			return false
+		}
+		pid = p.ppid
+	}
+	return false
+}
+
+// signal sends sig to the program's process group and to every member of
+// the tree outside it: each process gets it once.
+func (t *programTree) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-t.pid, sig)
+	for _, p := range t.members() {
+		if p.pgrp != t.pid {
+			_ = syscall.Kill(p.pid, sig)
+		}
+	}
+}
+
+// subreaper is whether this process became a child subreaper.
+var subreaper struct {
+	once sync.Once
+	ok   bool
+}
+
+// becomeSubreaper makes this process a child subreaper, once, and reports
+// whether it is one.
+func becomeSubreaper(log *slog.Logger) bool {
+	subreaper.once.Do(func() {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			log.Warn("cannot become a child subreaper; descendants that leave the program's tree and clear their environment will not be found", "err", err.Error())
+			return
+		}
+		subreaper.ok = true
+	})
+	return subreaper.ok
+}
+
+// reapOrphans reaps, whenever a child exits, this process's zombie children
+// other than program (which os/exec reaps): orphans of the program's tree
+// that were reparented to this subreaper. It returns a function that stops
+// it after a last sweep.
+func reapOrphans(program int) (stop func()) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	quit, done := make(chan struct{}), make(chan struct{})
+	sweep := func() {
+		kids, _ := children(os.Getpid())
+		for _, pid := range kids {
+			if pid != program && isZombie(pid) {
+				var ws unix.WaitStatus
+				_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+			}
+		}
+	}
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-sigs:
+				sweep()
+			case <-quit:
+				sweep()
+				return
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(quit)
+		<-done
+	}
+}

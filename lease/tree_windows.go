@@ -1,0 +1,21 @@
+package lease
+
+import (
+	"errors"
+	"log/slog"
+	"syscall"
+)
+
+// errNoCommands is why Command cannot run a program on Windows.
+var errNoCommands = errors.New("a program cannot run under a lease on Windows: it needs process groups, signals and inherited sockets (run it on Linux, for example in a container, or use lease.Run in your own Go program)")
+
+// CommandSupport refuses: see errNoCommands.
+func CommandSupport() error { return errNoCommands }
+
+func childAttr() *syscall.SysProcAttr        { return nil }
+func killPID(int, syscall.Signal)            {}
+func startTime(int) uint64                   { return 0 }
+func (t *programTree) members() []proc       { return nil }
+func (t *programTree) signal(syscall.Signal) {}
+func becomeSubreaper(*slog.Logger) bool      { return false }
+func reapOrphans(int) func()                 { return func() {} }
