@@ -90,6 +90,15 @@ type Options struct {
 	// Relays are the names of socat relays to start: unix sockets that
 	// forward to the primary's TCP port.
 	Relays []string
+	// HA, when set, starts a high-availability cluster instead of a primary
+	// the lab runs itself: etcd, two PostgreSQL nodes managed by Patroni
+	// (node1 the primary, node2 its streaming replica) and HAProxy routing
+	// by Patroni's health checks; see [HASpec]. Standby is implied, the
+	// poolers connect through HAProxy's primary listener, and the other
+	// front doors point at the nodes as they were at start. Settings reach
+	// both nodes through Patroni, except listen_addresses and port, which
+	// Patroni sets on the command line.
+	HA *HASpec
 	// Log receives one line per step; nil discards them.
 	Log io.Writer
 }
@@ -143,6 +152,14 @@ type Lab struct {
 	HAProxies []HAProxy `json:"haproxy,omitempty"`
 	// Relays are the lab's socat relays.
 	Relays []Relay `json:"relays,omitempty"`
+	// HA is the lab's etcd, Patroni nodes and HAProxy; nil unless started
+	// with Options.HA. In an HA lab, Primary and Standby are copies of the
+	// nodes' Servers: Primary is the node that was the primary when the lab
+	// last changed it or looked (Start, Switchover, KillPrimary), Standby
+	// the other one, which is dead after KillPrimary until ReviveNode. A
+	// failover that Patroni makes on its own does not change them: ask
+	// HAPrimary which node is the primary now.
+	HA *HA `json:"ha,omitempty"`
 
 	cred *syscall.Credential
 	log  io.Writer
@@ -173,6 +190,12 @@ func DefaultDir() string {
 // Start creates and starts a lab. On failure everything it started is
 // stopped and removed again.
 func Start(ctx context.Context, opts Options) (l *Lab, err error) {
+	if opts.HA != nil {
+		if err := checkHA(*opts.HA); err != nil {
+			return nil, err
+		}
+		opts.Standby = true // node2, for the front doors that name the standby
+	}
 	if err := checkFrontDoors(opts); err != nil {
 		return nil, err
 	}
@@ -182,6 +205,11 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	}
 	if err := findFrontDoorBinaries(&bin, opts); err != nil {
 		return nil, err
+	}
+	if opts.HA != nil {
+		if err := findHABinaries(&bin); err != nil {
+			return nil, err
+		}
 	}
 	cred, osUser, err := serverCredential()
 	if err != nil {
@@ -233,22 +261,33 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 		l.PoolerVersion = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
 	}
 
-	nPoolers := len(poolerSpecs(opts))
-	ports, err := freePorts(2 + nPoolers + frontDoorPorts(opts))
+	nPoolers, nHA := len(poolerSpecs(opts)), 0
+	if opts.HA != nil {
+		nHA = haPorts
+	}
+	ports, err := freePorts(2 + nPoolers + frontDoorPorts(opts) + nHA)
 	if err != nil {
 		return l, err
 	}
-	l.Primary = l.newServer("primary", ports[0])
-	if err := l.initPrimary(ctx, password); err != nil {
-		return l, err
+	haPortList := ports[len(ports)-nHA:]
+	ports = ports[:len(ports)-nHA]
+	if opts.HA != nil {
+		if err := l.startHA(ctx, *opts.HA, [2]int{ports[0], ports[1]}, haPortList, password); err != nil {
+			return l, err
+		}
+	} else {
+		l.Primary = l.newServer("primary", ports[0])
+		if err := l.initPrimary(ctx, password); err != nil {
+			return l, err
+		}
+		if err := l.save(); err != nil { // from here on `lab down` can clean up
+			return l, err
+		}
+		if err := l.startServer(ctx, &l.Primary); err != nil {
+			return l, err
+		}
 	}
-	if err := l.save(); err != nil { // from here on `lab down` can clean up
-		return l, err
-	}
-	if err := l.startServer(ctx, &l.Primary); err != nil {
-		return l, err
-	}
-	if opts.Standby {
+	if opts.Standby && opts.HA == nil {
 		sb := l.newServer("standby", ports[1])
 		l.Standby = &sb
 		if err := l.initStandby(ctx); err != nil {
@@ -508,6 +547,9 @@ func (l *Lab) Promote(ctx context.Context) error {
 // ServerPID returns the postmaster pid of s from postmaster.pid, or 0 when
 // it is not running.
 func ServerPID(s *Server) int {
+	if s.DataDir == "" {
+		return 0 // a lab that failed before it made this server
+	}
 	data, err := os.ReadFile(filepath.Join(s.DataDir, "postmaster.pid"))
 	if err != nil {
 		return 0
@@ -555,6 +597,15 @@ func (l *Lab) startPooler(ctx context.Context, spec PoolerSpec, port int, passwo
 	return p, nil
 }
 
+// poolerTarget is the port the poolers connect to: the primary's, or in an
+// HA lab HAProxy's primary listener, so that they follow a failover.
+func (l *Lab) poolerTarget() int {
+	if l.HA != nil {
+		return l.HA.Router.PrimaryPort
+	}
+	return l.Primary.Port
+}
+
 // poolerINI renders p's pgbouncer.ini.
 func (l *Lab) poolerINI(p *Pooler) string {
 	dir := filepath.Dir(p.ConfigFile)
@@ -579,7 +630,7 @@ pidfile = %s
 logfile = %s
 log_connections = 0
 log_disconnections = 0
-`, l.Primary.Port, p.Port, filepath.Join(dir, "userlist.txt"), l.User, p.Mode, p.PoolSize, p.PIDFile, p.LogFile)
+`, l.poolerTarget(), p.Port, filepath.Join(dir, "userlist.txt"), l.User, p.Mode, p.PoolSize, p.PIDFile, p.LogFile)
 	keys := make([]string, 0, len(p.Settings))
 	for k := range p.Settings {
 		keys = append(keys, k)
@@ -692,21 +743,30 @@ type Component struct {
 	Port int `json:"port"`
 	// Socket is the unix socket of a relay; empty for the others.
 	Socket string `json:"socket,omitempty"`
-	PID    int    `json:"pid"`
-	Up     bool   `json:"up"`
+	// Role is, in an HA lab, the role of a node as its Patroni reports it
+	// ("primary", "replica"; empty when Patroni does not answer), and the
+	// listener of an HAProxy; empty otherwise.
+	Role string `json:"role,omitempty"`
+	PID  int    `json:"pid"`
+	Up   bool   `json:"up"`
 }
 
-// Status reports each process of the lab (servers, poolers, then pgpool-II,
-// HAProxy instances and relays): its pid and whether its port or socket
-// accepts connections.
+// Status reports each process of the lab (servers, or in an HA lab etcd,
+// each node's Patroni and PostgreSQL and the HAProxy listeners; then
+// poolers, pgpool-II, HAProxy instances and relays): its pid and whether its
+// port or socket accepts connections.
 func (l *Lab) Status() []Component {
 	var out []Component
 	add := func(name, kind string, port, pid int) {
 		out = append(out, Component{Name: name, Kind: kind, Port: port, PID: pid, Up: pid > 0 && dialOK(port)})
 	}
-	add("primary", "postgres", l.Primary.Port, ServerPID(&l.Primary))
-	if l.Standby != nil {
-		add("standby", "postgres", l.Standby.Port, ServerPID(l.Standby))
+	if l.HA != nil {
+		out = l.haStatus()
+	} else {
+		add("primary", "postgres", l.Primary.Port, ServerPID(&l.Primary))
+		if l.Standby != nil {
+			add("standby", "postgres", l.Standby.Port, ServerPID(l.Standby))
+		}
 	}
 	for i := range l.Poolers {
 		p := &l.Poolers[i]
@@ -737,7 +797,7 @@ func (l *Lab) anyAlive() bool {
 			return true
 		}
 	}
-	if l.frontDoorsAlive() {
+	if l.frontDoorsAlive() || l.haAlive() {
 		return true
 	}
 	return l.RunDir != "" && len(ProcessesUsing(l.RunDir)) > 0
@@ -747,6 +807,7 @@ func (l *Lab) anyAlive() bool {
 // removes the lab's files. It is safe to call on a half-started lab.
 func (l *Lab) Stop(ctx context.Context) error {
 	errs := l.stopFrontDoors()
+	errs = append(errs, l.stopRouterAndPatroni()...)
 	for i := range l.Poolers {
 		if pid := PoolerPID(&l.Poolers[i]); pid > 0 {
 			errs = append(errs, killAndWait(pid, syscall.SIGTERM, 5*time.Second))
@@ -766,6 +827,7 @@ func (l *Lab) Stop(ctx context.Context) error {
 			errs = append(errs, killAndWait(pid, syscall.SIGQUIT, 5*time.Second))
 		}
 	}
+	errs = append(errs, l.stopEtcd())
 	if l.RunDir != "" {
 		// Sweep up what is left, in rounds: a parent killed in one round
 		// (pgpool-II's main process, say) may have forked a child that the
@@ -780,6 +842,9 @@ func (l *Lab) Stop(ctx context.Context) error {
 					errs = append(errs, err)
 				}
 			}
+		}
+		for _, s := range servers {
+			errs = append(errs, removeOrphanedShm(s))
 		}
 		if left := ProcessesUsing(l.RunDir); len(left) > 0 {
 			errs = append(errs, fmt.Errorf("processes still running in %s: %v", l.RunDir, left))
