@@ -73,7 +73,8 @@ type Options struct {
 	Dir string
 	// Poolers to start; nil means DefaultPoolers, an empty non-nil slice none.
 	Poolers []PoolerSpec
-	// Standby adds a streaming hot standby of the primary.
+	// Standby adds a streaming hot standby of the primary. An HA lab has
+	// one in any case: node2.
 	Standby bool
 	// Settings are extra postgresql.conf lines for primary and standby; they
 	// win over the lab's own (listen_addresses, for example).
@@ -514,7 +515,8 @@ func (l *Lab) startServer(ctx context.Context, s *Server) error {
 }
 
 // StopServer stops a server of the lab with pg_ctl's mode ("smart", "fast"
-// or "immediate") and waits until it is gone.
+// or "immediate") and waits until it is gone. In an HA lab the node's
+// Patroni starts it again: use KillNode to take a node down.
 func (l *Lab) StopServer(ctx context.Context, s *Server, mode string) error {
 	_, err := l.run(ctx, l.Bin.PgCtl, "stop", "-D", s.DataDir, "-m", mode, "-w", "-t", "30", "-s")
 	return err
@@ -527,16 +529,24 @@ func (l *Lab) StartServer(ctx context.Context, s *Server) error {
 }
 
 // RestartPrimary restarts the primary with pg_ctl's stop mode ("fast" or
-// "immediate"), ending every session on it.
+// "immediate"), ending every session on it. An HA lab refuses: Patroni
+// manages its servers (use Switchover, KillPrimary or KillNode).
 func (l *Lab) RestartPrimary(ctx context.Context, mode string) error {
+	if l.HA != nil {
+		return errors.New("in an HA lab Patroni manages the servers, and pg_ctl behind its back would fight it: use Switchover, KillPrimary or KillNode")
+	}
 	if err := l.StopServer(ctx, &l.Primary, mode); err != nil {
 		return err
 	}
 	return l.startServer(ctx, &l.Primary)
 }
 
-// Promote turns the standby into a primary and waits for it.
+// Promote turns the standby into a primary and waits for it. An HA lab
+// refuses: use Switchover, which has Patroni promote the other node.
 func (l *Lab) Promote(ctx context.Context) error {
+	if l.HA != nil {
+		return errors.New("in an HA lab Patroni manages the servers, and a promotion behind its back would make two primaries: use Switchover or KillPrimary")
+	}
 	if l.Standby == nil {
 		return errors.New("this lab has no standby")
 	}
