@@ -18,6 +18,7 @@ type labOptions struct {
 	app     *App
 	Dir     string
 	Standby bool
+	HA      bool
 	Poolers []string
 	Shell   string
 }
@@ -33,20 +34,31 @@ on free loopback ports: the primary (TCP and unix socket), PgBouncer in
 transaction mode (where session locks are unsafe) and in session mode (safe).
 It is for trying leasectl out and for its test suite.
 
-When run as root the servers run as the "postgres" OS user, since both refuse
+With --ha the lab is a high-availability cluster instead (Debian: apt-get
+install patroni etcd-server haproxy): one etcd member, two PostgreSQL nodes
+managed by Patroni, node1 the primary and node2 its streaming replica, and
+HAProxy routing a "primary" and a "replicas" port by Patroni's health checks.
+"lab switchover", "lab kill-primary" and "lab revive" then change the primary
+the way an operator, or a dead machine, would.
+
+When run as root the servers run as the "postgres" OS user, since they refuse
 to run as root. DSNs carry no password: it is in a pgpass file that each DSN
 names with passfile=.`,
 		Example: `  leasectl lab up
   eval "$(leasectl lab env)"
   leasectl probe "$LEASECTL_LAB_TX_DSN"
-  leasectl lab down`,
+  leasectl lab down
+
+  leasectl lab up --ha
+  leasectl lab kill-primary && leasectl lab revive node1`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, args []string) error {
-			return usageErrorf("%q needs a subcommand: up, down, env or status", c.CommandPath())
+			return usageErrorf("%q needs a subcommand: up, down, env, status, switchover, kill-primary or revive", c.CommandPath())
 		},
 	}
 	c.PersistentFlags().StringVar(&opts.Dir, "dir", lab.DefaultDir(), "state directory of the lab")
-	c.AddCommand(newLabUpCmd(opts), newLabDownCmd(opts), newLabEnvCmd(opts), newLabStatusCmd(opts))
+	c.AddCommand(newLabUpCmd(opts), newLabDownCmd(opts), newLabEnvCmd(opts), newLabStatusCmd(opts),
+		newLabSwitchoverCmd(opts), newLabKillPrimaryCmd(opts), newLabReviveCmd(opts))
 	return c
 }
 
@@ -58,13 +70,21 @@ func newLabUpCmd(opts *labOptions) *cobra.Command {
 DSNs; "leasectl lab env" prints them as export lines.
 
 --pooler adds PgBouncer instances besides the default two, as NAME=MODE[:SIZE]
-with MODE transaction, session or statement and SIZE the pool size (default 20).`,
+with MODE transaction, session or statement and SIZE the pool size (default 20).
+
+--ha starts etcd, two Patroni nodes and HAProxy instead of a primary the lab
+runs itself (needs the Debian packages patroni, etcd-server and haproxy). The
+poolers then connect through HAProxy's primary port, so they follow a
+failover. Patroni's ttl is 10s (a dead primary is replaced after about that
+long), loop_wait 1s, retry_timeout 4s; HAProxy checks each node every 500ms.`,
 		Example: `  leasectl lab up
-  leasectl lab up --standby --pooler tx1=transaction:1 --pooler stmt=statement`,
+  leasectl lab up --standby --pooler tx1=transaction:1 --pooler stmt=statement
+  leasectl lab up --ha`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error { return runLabUp(c.Context(), opts) },
 	}
 	c.Flags().BoolVar(&opts.Standby, "standby", false, "also start a streaming hot standby (pg_basebackup -R)")
+	c.Flags().BoolVar(&opts.HA, "ha", false, "start etcd, two Patroni-managed nodes and HAProxy (high availability)")
 	c.Flags().StringArrayVar(&opts.Poolers, "pooler", nil, "extra PgBouncer as NAME=MODE[:SIZE] (repeatable)")
 	return c
 }
@@ -106,6 +126,13 @@ func runLabUp(ctx context.Context, opts *labOptions) error {
 	if err != nil {
 		return err
 	}
+	if opts.HA && opts.Standby {
+		return usageErrorf("--ha starts two nodes, one of them the standby, already: drop --standby")
+	}
+	var ha *lab.HASpec
+	if opts.HA {
+		ha = &lab.HASpec{}
+	}
 	var progress io.Writer = io.Discard
 	if !app.JSON() {
 		progress = app.IO.ErrOut
@@ -115,18 +142,49 @@ func runLabUp(ctx context.Context, opts *labOptions) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	l, err := lab.Start(ctx, lab.Options{Dir: opts.Dir, Standby: opts.Standby, Poolers: poolers, Log: progress})
+	began := time.Now()
+	l, err := lab.Start(ctx, lab.Options{Dir: opts.Dir, Standby: opts.Standby, HA: ha, Poolers: poolers, Log: progress})
 	if err != nil {
 		return fmt.Errorf("start lab: %w", err)
 	}
+	took := time.Since(began)
 	if app.JSON() {
-		return writeJSON(app.IO.Out, labJSON(l))
+		out := labJSON(l)
+		out.StartSeconds = took.Seconds()
+		return writeJSON(app.IO.Out, out)
 	}
 	st := app.styles()
 	fmt.Fprintf(app.IO.Out, "%s lab is up in %s (%s, %s)\n", st.OK.Render("✓"), l.Dir, l.Version, l.PoolerVersion)
+	if l.HA != nil {
+		ha := l.HA
+		fmt.Fprintf(app.IO.Out, "  HA: %s primary, %s replica; %s (ttl %v, loop_wait %v, retry_timeout %v) on etcd %s; HAProxy %s checks every %v; up in %.1fs\n",
+			ha.Nodes[0].Name, ha.Nodes[1].Name, ha.PatroniVersion, ha.TTL, ha.LoopWait, ha.RetryTimeout,
+			lastWord(strings.TrimPrefix(ha.Etcd.Version, "etcd Version: ")), versionWord(ha.Router.Version), ha.CheckInterval, took.Seconds())
+	}
 	writeLabDSNs(app.IO.Out, l, st)
 	fmt.Fprintf(app.IO.Out, "\nUse it:   eval \"$(leasectl lab env%s)\"\nStop it:  leasectl lab down%s\n", dirFlag(opts), dirFlag(opts))
 	return nil
+}
+
+// versionWord returns the version in a line such as "HAProxy version
+// 2.6.12-1+deb12u4 2026/10/17 - https://haproxy.org/": the word after
+// "version", or the whole line.
+func versionWord(line string) string {
+	f := strings.Fields(line)
+	for i := 0; i+1 < len(f); i++ {
+		if strings.EqualFold(f[i], "version") {
+			return f[i+1]
+		}
+	}
+	return line
+}
+
+func lastWord(s string) string {
+	f := strings.Fields(s)
+	if len(f) == 0 {
+		return s
+	}
+	return f[len(f)-1]
 }
 
 func dirFlag(opts *labOptions) string {
@@ -158,6 +216,12 @@ func labVars(l *lab.Lab) []labVar {
 	}
 	if l.Standby != nil {
 		vars = append(vars, labVar{"LEASECTL_LAB_STANDBY_DSN", "standby", l.StandbyDSN()})
+	}
+	if l.HA != nil {
+		vars = append(vars,
+			labVar{"LEASECTL_LAB_HA_DSN", "ha", l.HAMultiHostDSN()},
+			labVar{"LEASECTL_LAB_HA_PRIMARY_DSN", "ha-primary", l.HAPrimaryDSN()},
+			labVar{"LEASECTL_LAB_HA_REPLICA_DSN", "ha-replicas", l.HAReplicaDSN()})
 	}
 	return append(vars, labVar{"LEASECTL_LAB_DIR", "", l.Dir}, labVar{"PGPASSFILE", "passfile", l.PassFile})
 }
@@ -215,7 +279,14 @@ func newLabEnvCmd(opts *labOptions) *cobra.Command {
   LEASECTL_LAB_TX_DSN       PgBouncer in transaction mode (unsafe for leases)
   LEASECTL_LAB_SESSION_DSN  PgBouncer in session mode
   LEASECTL_LAB_<NAME>_DSN   each extra pooler, and the standby with --standby
+  LEASECTL_LAB_HA_DSN          with --ha: both nodes, target_session_attrs=primary
+  LEASECTL_LAB_HA_PRIMARY_DSN  with --ha: HAProxy's port that follows the primary
+  LEASECTL_LAB_HA_REPLICA_DSN  with --ha: HAProxy's port that leads to a replica
   LEASECTL_LAB_DIR          the lab's state directory
+
+In an HA lab LEASECTL_DSN, LEASECTL_LAB_DSN and LEASECTL_LAB_STANDBY_DSN name
+the nodes that were primary and standby when the lab last changed them (up,
+switchover, kill-primary); run "lab env" again after those.
   PGPASSFILE                the lab's pgpass file, so psql works too`,
 		Example: `  eval "$(leasectl lab env)"
   leasectl lab env --shell fish | source`,
@@ -253,8 +324,11 @@ func newLabStatusCmd(opts *labOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
 		Short: "Show whether each process of the lab is up",
-		Long:  "Show each process of the lab with its port and pid. Exit 0 when all are up, 1 when any is down.",
-		Args:  noArgs,
+		Long: `Show each process of the lab with its port and pid. Exit 0 when all are up, 1 when any is down.
+
+In an HA lab: etcd, each node's Patroni (REST port) and PostgreSQL with the
+role Patroni gives it, and HAProxy's primary and replicas ports.`,
+		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			l, err := lab.Load(opts.Dir)
 			if err != nil {
@@ -281,10 +355,21 @@ func newLabStatusCmd(opts *labOptions) *cobra.Command {
 					if comp.Socket != "" {
 						where = comp.Socket
 					}
-					fmt.Fprintf(opts.app.IO.Out, "  %s %-12s %-22s %-15s pid %-7d %s\n", mark, comp.Name, comp.Kind, where, comp.PID, state)
+					kind := comp.Kind
+					if comp.Role != "" {
+						kind += " " + comp.Role
+					}
+					fmt.Fprintf(opts.app.IO.Out, "  %s %-12s %-22s %-15s pid %-7d %s\n", mark, comp.Name, kind, where, comp.PID, state)
 				}
 			}
 			if !allUp {
+				if l.HA != nil {
+					for _, n := range l.HA.Nodes {
+						if lab.PatroniPID(&n) == 0 {
+							return &CheckFailedError{Message: fmt.Sprintf("%s is down (bring it back: leasectl lab revive %s%s)", n.Name, n.Name, dirFlag(opts))}
+						}
+					}
+				}
 				return &CheckFailedError{Message: "some lab processes are down (restart: leasectl lab down && leasectl lab up)"}
 			}
 			return nil
@@ -293,21 +378,186 @@ func newLabStatusCmd(opts *labOptions) *cobra.Command {
 }
 
 type labJSONOut struct {
-	Dir     string            `json:"dir"`
-	Version string            `json:"version"`
-	Pooler  string            `json:"pooler_version"`
-	DSNs    map[string]string `json:"dsns"`
-	Pass    string            `json:"passfile"`
+	Dir          string            `json:"dir"`
+	Version      string            `json:"version"`
+	Pooler       string            `json:"pooler_version"`
+	DSNs         map[string]string `json:"dsns"`
+	Pass         string            `json:"passfile"`
+	HA           *labHAJSON        `json:"ha,omitempty"`
+	StartSeconds float64           `json:"start_seconds,omitempty"`
+}
+
+type labHAJSON struct {
+	Patroni      string  `json:"patroni_version"`
+	Etcd         string  `json:"etcd_version"`
+	HAProxy      string  `json:"haproxy_version"`
+	Primary      string  `json:"primary"`
+	TTL          float64 `json:"ttl_seconds"`
+	LoopWait     float64 `json:"loop_wait_seconds"`
+	RetryTimeout float64 `json:"retry_timeout_seconds"`
+	Checks       string  `json:"checks"`
+	CheckTimeout string  `json:"check_timeout"`
 }
 
 func labJSON(l *lab.Lab) labJSONOut {
 	out := labJSONOut{Dir: l.Dir, Version: l.Version, Pooler: l.PoolerVersion, DSNs: map[string]string{}, Pass: l.PassFile}
+	if ha := l.HA; ha != nil {
+		primary := ""
+		for _, n := range ha.Nodes {
+			if n.Port == l.Primary.Port {
+				primary = n.Name
+			}
+		}
+		out.HA = &labHAJSON{Patroni: ha.PatroniVersion, Etcd: ha.Etcd.Version, HAProxy: ha.Router.Version, Primary: primary,
+			TTL: ha.TTL.Seconds(), LoopWait: ha.LoopWait.Seconds(), RetryTimeout: ha.RetryTimeout.Seconds(),
+			Checks: ha.Router.Checks, CheckTimeout: ha.Router.CheckTimeout}
+	}
 	for _, v := range labVars(l) {
 		if v.label != "" && v.label != "passfile" {
 			out.DSNs[v.label] = v.value
 		}
 	}
 	return out
+}
+
+// loadHALab loads the lab in opts.Dir and checks that it runs in HA mode.
+func loadHALab(opts *labOptions) (*lab.Lab, error) {
+	l, err := lab.Load(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if l.HA == nil {
+		return nil, &InputError{Err: fmt.Errorf("the lab in %s was started without --ha, so Patroni does not manage it (stop it and start an HA lab: leasectl lab down%s && leasectl lab up --ha%s)", l.Dir, dirFlag(opts), dirFlag(opts))}
+	}
+	if !opts.app.JSON() {
+		l.SetLog(opts.app.IO.ErrOut)
+	}
+	return l, nil
+}
+
+type labChangeJSON struct {
+	From     string  `json:"from"`
+	To       string  `json:"to"`
+	Writable float64 `json:"writable_seconds"`
+	Routed   float64 `json:"routed_seconds"`
+	Rejoined float64 `json:"rejoined_seconds,omitempty"`
+}
+
+func changeJSON(ch *lab.HAChange) labChangeJSON {
+	return labChangeJSON{From: ch.From, To: ch.To, Writable: ch.Writable.Seconds(), Routed: ch.Routed.Seconds(), Rejoined: ch.Rejoined.Seconds()}
+}
+
+func newLabSwitchoverCmd(opts *labOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "switchover",
+		Short: "HA lab: hand the primary role to the other node (planned)",
+		Long: `Ask Patroni for a switchover to the other node, as an operator would: the
+primary shuts down cleanly, the replica is promoted, and the old primary
+restarts as its replica. Wait until the new primary accepts writes, HAProxy's
+primary port leads to it, and the old primary streams from it again; then
+report how long each step took. Needs a lab started with --ha, with both
+nodes running.`,
+		Example: `  leasectl lab switchover
+  leasectl lab switchover -o json`,
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			l, err := loadHALab(opts)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(c.Context(), 3*time.Minute)
+			defer cancel()
+			ch, err := l.Switchover(ctx)
+			if err != nil {
+				return fmt.Errorf("switchover: %w", err)
+			}
+			if opts.app.JSON() {
+				return writeJSON(opts.app.IO.Out, changeJSON(ch))
+			}
+			fmt.Fprintf(opts.app.IO.Out, "%s switchover %s → %s: %s writable after %.1fs, HAProxy followed after %.1fs, %s streaming from it after %.1fs\n",
+				opts.app.styles().OK.Render("✓"), ch.From, ch.To, ch.To, ch.Writable.Seconds(), ch.Routed.Seconds(), ch.From, ch.Rejoined.Seconds())
+			fmt.Fprintf(opts.app.IO.Out, "Direct DSNs changed: eval \"$(leasectl lab env%s)\"\n", dirFlag(opts))
+			return nil
+		},
+	}
+}
+
+func newLabKillPrimaryCmd(opts *labOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "kill-primary",
+		Short: "HA lab: kill the primary node (SIGKILL) and wait for the failover",
+		Long: `Kill the node that is the primary now as a machine dies: SIGKILL to its Patroni,
+then to its PostgreSQL and every child. Wait until Patroni promotes the other
+node (once the dead node's leader key expires: about the ttl, 10s), it accepts
+writes and HAProxy's primary port leads to it; then report how long that took.
+The dead node stays dead: bring it back as a replica with "lab revive NODE".
+Needs a lab started with --ha whose replica streams.`,
+		Example: `  leasectl lab kill-primary
+  leasectl lab revive node1`,
+		Args: noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			l, err := loadHALab(opts)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(c.Context(), 3*time.Minute)
+			defer cancel()
+			ch, err := l.KillPrimary(ctx)
+			if err != nil {
+				return fmt.Errorf("kill primary: %w", err)
+			}
+			if opts.app.JSON() {
+				return writeJSON(opts.app.IO.Out, changeJSON(ch))
+			}
+			fmt.Fprintf(opts.app.IO.Out, "%s killed %s; %s took over: writable after %.1fs, HAProxy followed after %.1fs\n",
+				opts.app.styles().OK.Render("✓"), ch.From, ch.To, ch.Writable.Seconds(), ch.Routed.Seconds())
+			fmt.Fprintf(opts.app.IO.Out, "Bring %s back as a replica: leasectl lab revive %s%s\n", ch.From, ch.From, dirFlag(opts))
+			return nil
+		},
+	}
+}
+
+func newLabReviveCmd(opts *labOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "revive NODE",
+		Short: "HA lab: restart a dead node's Patroni so that it rejoins",
+		Long: `Start the Patroni of a node killed by "lab kill-primary" again and wait until
+the node runs: as a replica streaming from the primary (Patroni rewinds it with
+pg_rewind first when it had diverged) that HAProxy's replicas port leads to,
+or as the primary when no other node is. NODE is node1 or node2.`,
+		Example: `  leasectl lab revive node1`,
+		Args: func(c *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErrorf("%q needs one NODE: node1 or node2", c.CommandPath())
+			}
+			return nil
+		},
+		ValidArgs: []string{"node1", "node2"},
+		RunE: func(c *cobra.Command, args []string) error {
+			l, err := loadHALab(opts)
+			if err != nil {
+				return err
+			}
+			if l.HANode(args[0]) == nil {
+				return usageErrorf("no node %q in this lab: use node1 or node2", args[0])
+			}
+			ctx, cancel := context.WithTimeout(c.Context(), 4*time.Minute)
+			defer cancel()
+			took, err := l.ReviveNode(ctx, args[0])
+			if err != nil {
+				return fmt.Errorf("revive %s: %w", args[0], err)
+			}
+			role := "replica"
+			if p, err := l.HAPrimary(ctx); err == nil && p.Name == args[0] {
+				role = "primary"
+			}
+			if opts.app.JSON() {
+				return writeJSON(opts.app.IO.Out, map[string]any{"node": args[0], "role": role, "seconds": took.Seconds()})
+			}
+			fmt.Fprintf(opts.app.IO.Out, "%s %s is back as the %s after %.1fs\n", opts.app.styles().OK.Render("✓"), args[0], role, took.Seconds())
+			return nil
+		},
+	}
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -32,6 +32,10 @@ type Binaries struct {
 	PgPool  string `json:",omitempty"`
 	HAProxy string `json:",omitempty"`
 	Socat   string `json:",omitempty"`
+	// Patroni and Etcd are found only for a lab with Options.HA (which
+	// needs HAProxy too); empty otherwise.
+	Patroni string `json:",omitempty"`
+	Etcd    string `json:",omitempty"`
 }
 
 // FindBinaries locates initdb, pg_ctl, postgres and pg_basebackup in the

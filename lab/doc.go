@@ -11,6 +11,12 @@
 // primary and the standby, HAProxy instances in TCP mode, and socat relays
 // that serve the primary's TCP port on a local unix socket as the Cloud SQL
 // Auth Proxy does; their programs are needed only when asked for.
+// With Options.HA the lab is a high-availability cluster instead: one etcd
+// member, two PostgreSQL nodes managed by Patroni (node1 bootstraps as the
+// primary, node2 streams from it) and HAProxy routing a primary and a
+// replicas listener by Patroni's REST health checks; [Lab.Switchover],
+// [Lab.KillPrimary] and [Lab.ReviveNode] change the primary as an operator
+// or a dead machine would, and [Lab.HAPrimary] tells which node it is now.
 // PostgreSQL and PgBouncer both refuse to run as root, so when the caller is
 // root the servers (and the front doors, alike) run as the unprivileged
 // "postgres" user that Debian's packages create, and their files live in a

@@ -73,7 +73,8 @@ type Options struct {
 	Dir string
 	// Poolers to start; nil means DefaultPoolers, an empty non-nil slice none.
 	Poolers []PoolerSpec
-	// Standby adds a streaming hot standby of the primary.
+	// Standby adds a streaming hot standby of the primary. An HA lab has
+	// one in any case: node2.
 	Standby bool
 	// Settings are extra postgresql.conf lines for primary and standby; they
 	// win over the lab's own (listen_addresses, for example).
@@ -90,6 +91,15 @@ type Options struct {
 	// Relays are the names of socat relays to start: unix sockets that
 	// forward to the primary's TCP port.
 	Relays []string
+	// HA, when set, starts a high-availability cluster instead of a primary
+	// the lab runs itself: etcd, two PostgreSQL nodes managed by Patroni
+	// (node1 the primary, node2 its streaming replica) and HAProxy routing
+	// by Patroni's health checks; see [HASpec]. Standby is implied, the
+	// poolers connect through HAProxy's primary listener, and the other
+	// front doors point at the nodes as they were at start. Settings reach
+	// both nodes through Patroni, except listen_addresses and port, which
+	// Patroni sets on the command line.
+	HA *HASpec
 	// Log receives one line per step; nil discards them.
 	Log io.Writer
 }
@@ -143,6 +153,14 @@ type Lab struct {
 	HAProxies []HAProxy `json:"haproxy,omitempty"`
 	// Relays are the lab's socat relays.
 	Relays []Relay `json:"relays,omitempty"`
+	// HA is the lab's etcd, Patroni nodes and HAProxy; nil unless started
+	// with Options.HA. In an HA lab, Primary and Standby are copies of the
+	// nodes' Servers: Primary is the node that was the primary when the lab
+	// last changed it or looked (Start, Switchover, KillPrimary), Standby
+	// the other one, which is dead after KillPrimary until ReviveNode. A
+	// failover that Patroni makes on its own does not change them: ask
+	// HAPrimary which node is the primary now.
+	HA *HA `json:"ha,omitempty"`
 
 	cred *syscall.Credential
 	log  io.Writer
@@ -173,6 +191,12 @@ func DefaultDir() string {
 // Start creates and starts a lab. On failure everything it started is
 // stopped and removed again.
 func Start(ctx context.Context, opts Options) (l *Lab, err error) {
+	if opts.HA != nil {
+		if err := checkHA(*opts.HA); err != nil {
+			return nil, err
+		}
+		opts.Standby = true // node2, for the front doors that name the standby
+	}
 	if err := checkFrontDoors(opts); err != nil {
 		return nil, err
 	}
@@ -182,6 +206,11 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	}
 	if err := findFrontDoorBinaries(&bin, opts); err != nil {
 		return nil, err
+	}
+	if opts.HA != nil {
+		if err := findHABinaries(&bin); err != nil {
+			return nil, err
+		}
 	}
 	cred, osUser, err := serverCredential()
 	if err != nil {
@@ -233,22 +262,33 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 		l.PoolerVersion = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
 	}
 
-	nPoolers := len(poolerSpecs(opts))
-	ports, err := freePorts(2 + nPoolers + frontDoorPorts(opts))
+	nPoolers, nHA := len(poolerSpecs(opts)), 0
+	if opts.HA != nil {
+		nHA = haPorts
+	}
+	ports, err := freePorts(2 + nPoolers + frontDoorPorts(opts) + nHA)
 	if err != nil {
 		return l, err
 	}
-	l.Primary = l.newServer("primary", ports[0])
-	if err := l.initPrimary(ctx, password); err != nil {
-		return l, err
+	haPortList := ports[len(ports)-nHA:]
+	ports = ports[:len(ports)-nHA]
+	if opts.HA != nil {
+		if err := l.startHA(ctx, *opts.HA, [2]int{ports[0], ports[1]}, haPortList, password); err != nil {
+			return l, err
+		}
+	} else {
+		l.Primary = l.newServer("primary", ports[0])
+		if err := l.initPrimary(ctx, password); err != nil {
+			return l, err
+		}
+		if err := l.save(); err != nil { // from here on `lab down` can clean up
+			return l, err
+		}
+		if err := l.startServer(ctx, &l.Primary); err != nil {
+			return l, err
+		}
 	}
-	if err := l.save(); err != nil { // from here on `lab down` can clean up
-		return l, err
-	}
-	if err := l.startServer(ctx, &l.Primary); err != nil {
-		return l, err
-	}
-	if opts.Standby {
+	if opts.Standby && opts.HA == nil {
 		sb := l.newServer("standby", ports[1])
 		l.Standby = &sb
 		if err := l.initStandby(ctx); err != nil {
@@ -475,7 +515,8 @@ func (l *Lab) startServer(ctx context.Context, s *Server) error {
 }
 
 // StopServer stops a server of the lab with pg_ctl's mode ("smart", "fast"
-// or "immediate") and waits until it is gone.
+// or "immediate") and waits until it is gone. In an HA lab the node's
+// Patroni starts it again: use KillNode to take a node down.
 func (l *Lab) StopServer(ctx context.Context, s *Server, mode string) error {
 	_, err := l.run(ctx, l.Bin.PgCtl, "stop", "-D", s.DataDir, "-m", mode, "-w", "-t", "30", "-s")
 	return err
@@ -488,16 +529,24 @@ func (l *Lab) StartServer(ctx context.Context, s *Server) error {
 }
 
 // RestartPrimary restarts the primary with pg_ctl's stop mode ("fast" or
-// "immediate"), ending every session on it.
+// "immediate"), ending every session on it. An HA lab refuses: Patroni
+// manages its servers (use Switchover, KillPrimary or KillNode).
 func (l *Lab) RestartPrimary(ctx context.Context, mode string) error {
+	if l.HA != nil {
+		return errors.New("in an HA lab Patroni manages the servers, and pg_ctl behind its back would fight it: use Switchover, KillPrimary or KillNode")
+	}
 	if err := l.StopServer(ctx, &l.Primary, mode); err != nil {
 		return err
 	}
 	return l.startServer(ctx, &l.Primary)
 }
 
-// Promote turns the standby into a primary and waits for it.
+// Promote turns the standby into a primary and waits for it. An HA lab
+// refuses: use Switchover, which has Patroni promote the other node.
 func (l *Lab) Promote(ctx context.Context) error {
+	if l.HA != nil {
+		return errors.New("in an HA lab Patroni manages the servers, and a promotion behind its back would make two primaries: use Switchover or KillPrimary")
+	}
 	if l.Standby == nil {
 		return errors.New("this lab has no standby")
 	}
@@ -508,6 +557,9 @@ func (l *Lab) Promote(ctx context.Context) error {
 // ServerPID returns the postmaster pid of s from postmaster.pid, or 0 when
 // it is not running.
 func ServerPID(s *Server) int {
+	if s.DataDir == "" {
+		return 0 // a lab that failed before it made this server
+	}
 	data, err := os.ReadFile(filepath.Join(s.DataDir, "postmaster.pid"))
 	if err != nil {
 		return 0
@@ -555,6 +607,15 @@ func (l *Lab) startPooler(ctx context.Context, spec PoolerSpec, port int, passwo
 	return p, nil
 }
 
+// poolerTarget is the port the poolers connect to: the primary's, or in an
+// HA lab HAProxy's primary listener, so that they follow a failover.
+func (l *Lab) poolerTarget() int {
+	if l.HA != nil {
+		return l.HA.Router.PrimaryPort
+	}
+	return l.Primary.Port
+}
+
 // poolerINI renders p's pgbouncer.ini.
 func (l *Lab) poolerINI(p *Pooler) string {
 	dir := filepath.Dir(p.ConfigFile)
@@ -579,7 +640,7 @@ pidfile = %s
 logfile = %s
 log_connections = 0
 log_disconnections = 0
-`, l.Primary.Port, p.Port, filepath.Join(dir, "userlist.txt"), l.User, p.Mode, p.PoolSize, p.PIDFile, p.LogFile)
+`, l.poolerTarget(), p.Port, filepath.Join(dir, "userlist.txt"), l.User, p.Mode, p.PoolSize, p.PIDFile, p.LogFile)
 	keys := make([]string, 0, len(p.Settings))
 	for k := range p.Settings {
 		keys = append(keys, k)
@@ -692,21 +753,30 @@ type Component struct {
 	Port int `json:"port"`
 	// Socket is the unix socket of a relay; empty for the others.
 	Socket string `json:"socket,omitempty"`
-	PID    int    `json:"pid"`
-	Up     bool   `json:"up"`
+	// Role is, in an HA lab, the role of a node as its Patroni reports it
+	// ("primary", "replica"; empty when Patroni does not answer), and the
+	// listener of an HAProxy; empty otherwise.
+	Role string `json:"role,omitempty"`
+	PID  int    `json:"pid"`
+	Up   bool   `json:"up"`
 }
 
-// Status reports each process of the lab (servers, poolers, then pgpool-II,
-// HAProxy instances and relays): its pid and whether its port or socket
-// accepts connections.
+// Status reports each process of the lab (servers, or in an HA lab etcd,
+// each node's Patroni and PostgreSQL and the HAProxy listeners; then
+// poolers, pgpool-II, HAProxy instances and relays): its pid and whether its
+// port or socket accepts connections.
 func (l *Lab) Status() []Component {
 	var out []Component
 	add := func(name, kind string, port, pid int) {
 		out = append(out, Component{Name: name, Kind: kind, Port: port, PID: pid, Up: pid > 0 && dialOK(port)})
 	}
-	add("primary", "postgres", l.Primary.Port, ServerPID(&l.Primary))
-	if l.Standby != nil {
-		add("standby", "postgres", l.Standby.Port, ServerPID(l.Standby))
+	if l.HA != nil {
+		out = l.haStatus()
+	} else {
+		add("primary", "postgres", l.Primary.Port, ServerPID(&l.Primary))
+		if l.Standby != nil {
+			add("standby", "postgres", l.Standby.Port, ServerPID(l.Standby))
+		}
 	}
 	for i := range l.Poolers {
 		p := &l.Poolers[i]
@@ -737,7 +807,7 @@ func (l *Lab) anyAlive() bool {
 			return true
 		}
 	}
-	if l.frontDoorsAlive() {
+	if l.frontDoorsAlive() || l.haAlive() {
 		return true
 	}
 	return l.RunDir != "" && len(ProcessesUsing(l.RunDir)) > 0
@@ -747,6 +817,7 @@ func (l *Lab) anyAlive() bool {
 // removes the lab's files. It is safe to call on a half-started lab.
 func (l *Lab) Stop(ctx context.Context) error {
 	errs := l.stopFrontDoors()
+	errs = append(errs, l.stopRouterAndPatroni()...)
 	for i := range l.Poolers {
 		if pid := PoolerPID(&l.Poolers[i]); pid > 0 {
 			errs = append(errs, killAndWait(pid, syscall.SIGTERM, 5*time.Second))
@@ -766,6 +837,7 @@ func (l *Lab) Stop(ctx context.Context) error {
 			errs = append(errs, killAndWait(pid, syscall.SIGQUIT, 5*time.Second))
 		}
 	}
+	errs = append(errs, l.stopEtcd())
 	if l.RunDir != "" {
 		// Sweep up what is left, in rounds: a parent killed in one round
 		// (pgpool-II's main process, say) may have forked a child that the
@@ -780,6 +852,9 @@ func (l *Lab) Stop(ctx context.Context) error {
 					errs = append(errs, err)
 				}
 			}
+		}
+		for _, s := range servers {
+			errs = append(errs, removeOrphanedShm(s))
 		}
 		if left := ProcessesUsing(l.RunDir); len(left) > 0 {
 			errs = append(errs, fmt.Errorf("processes still running in %s: %v", l.RunDir, left))
