@@ -20,6 +20,10 @@ need_packages() {
   command -v pgpool >/dev/null 2>&1 || [ -x /usr/sbin/pgpool ] || missing+=(pgpool2)
   command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
   command -v socat >/dev/null 2>&1 || missing+=(socat)
+  # The HA lab: Patroni (its Debian package brings python3-etcd and
+  # psycopg2) and etcd 3.4.
+  command -v patroni >/dev/null 2>&1 || missing+=(patroni)
+  command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
   echo "${missing[@]}"
 }
 
