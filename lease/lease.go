@@ -44,12 +44,14 @@ func Run(ctx context.Context, cfg Config, work func(ctx context.Context) error) 
 }
 
 type runner struct {
-	cuts       idleCuts
-	cfg        Config
-	work       func(context.Context) error
-	key, fence locks.Key
-	log        *slog.Logger
-	state      State
+	cuts idleCuts
+	// goodConnect is how long the last successful connect took.
+	goodConnect time.Duration
+	cfg         Config
+	work        func(context.Context) error
+	key, fence  locks.Key
+	log         *slog.Logger
+	state       State
 	// mainCfg and fenceCfg open the lease session and the stop fence
 	// session.
 	mainCfg, fenceCfg *pgx.ConnConfig
@@ -148,20 +150,40 @@ func (r *runner) run(ctx context.Context) error {
 			return context.Cause(ctx)
 		}
 		r.setState(Connecting, 0, lastErr)
-		s, err := r.connect(ctx)
+		// While searching, an attempt that takes much longer than a good
+		// connect did is abandoned: a load balancer may hold it on a
+		// server that is going away (HAProxy retries a refused server
+		// after a second) while the new primary is already up.
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if time.Now().Before(searchUntil) && r.goodConnect > 0 {
+			cctx, cancel = context.WithTimeout(ctx, min(max(4*r.goodConnect, 300*time.Millisecond), r.cfg.HeartbeatTimeout))
+		}
+		began := time.Now()
+		s, err := r.connect(cctx)
+		cancel()
+		if err == nil {
+			r.goodConnect = time.Since(began)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
 			}
 			lastErr = err
 			var refused *RefusedError
+			inSearch := time.Now().Before(searchUntil)
 			switch {
 			case errors.As(err, &refused):
 				r.setState(Refused, refused.BackendPID, err)
-				if !sleep(ctx, r.cfg.RetryInterval) {
+				// A standby during an HA failover (a load balancer still
+				// routing to the old primary) is worth a close look again.
+				wait := r.cfg.RetryInterval
+				if inSearch && refused.Standby {
+					wait = pollInterval
+				}
+				if !sleep(ctx, wait) {
 					return context.Cause(ctx)
 				}
-			case time.Now().Before(searchUntil):
+			case inSearch:
 				// Right after a loss the primary is usually back, or a
 				// standby promoted, within seconds: look for it closely.
 				if failures == 0 {
@@ -275,7 +297,7 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 	}
 	r.log.Info("connected", "backend_pid", s.info.BackendPID, "server", s.info.Addr, "port", s.info.Port, "version", s.info.VersionNum)
 	if s.info.InRecovery {
-		return nil, &RefusedError{BackendPID: s.info.BackendPID, Reason: "the server is a standby (pg_is_in_recovery): advisory locks there fence nothing on the primary; point the DSN at the primary (target_session_attrs=primary)"}
+		return nil, &RefusedError{BackendPID: s.info.BackendPID, Standby: true, Reason: "the server is a standby (pg_is_in_recovery): advisory locks there fence nothing on the primary; point the DSN at the primary (target_session_attrs=primary)"}
 	}
 	if probeErr != nil {
 		if ctx.Err() != nil {
@@ -283,13 +305,18 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 		}
 		reason := "the session-stability probe refused this DSN: a lease over it could have two leaders"
 		var pe *ProbeError
-		if errors.As(probeErr, &pe) && pe.Report.Refusal != probe.Safety {
-			reason = "the session-stability probe refused this DSN: a lease over it would not work"
+		standby := false
+		if errors.As(probeErr, &pe) {
+			if pe.Report.Refusal != probe.Safety {
+				reason = "the session-stability probe refused this DSN: a lease over it would not work"
+			}
+			c, _ := pe.Report.Check(probe.CheckPrimary)
+			standby = c.Status == probe.Fail
 		}
-		return nil, &RefusedError{BackendPID: s.info.BackendPID, Reason: reason, Err: probeErr}
+		return nil, &RefusedError{BackendPID: s.info.BackendPID, Standby: standby, Reason: reason, Err: probeErr}
 	}
 	if !s.fenceInfo.Identity().SameServer(s.info.Identity()) || s.fenceInfo.InRecovery {
-		return nil, &RefusedError{BackendPID: s.info.BackendPID, Reason: fmt.Sprintf("a second connection over this DSN reached another server (%s) than the first (%s): a load balancer or proxy spreads connections over servers, where each holds its own locks", s.fenceInfo.Identity(), s.info.Identity())}
+		return nil, &RefusedError{BackendPID: s.info.BackendPID, Standby: true, Reason: fmt.Sprintf("a second connection over this DSN reached another server (%s) than the first (%s): a load balancer or proxy spreads connections over servers, where each holds its own locks", s.fenceInfo.Identity(), s.info.Identity())}
 	}
 	tcp := r.cfg.timing().ServerTCP(r.cfg.ServerTimeout)
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatTimeout)

@@ -65,6 +65,9 @@ type RefusedError struct {
 	Err error
 	// BackendPID is the server process of the refused session.
 	BackendPID uint32
+	// Standby: the connection reached a standby, or a different server than
+	// the first one; during an HA failover that changes within seconds.
+	Standby bool
 }
 
 func (e *RefusedError) Error() string {

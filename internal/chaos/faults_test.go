@@ -31,6 +31,8 @@ type plan struct {
 	// pooler-reload scenario, and how long it watches after the reload.
 	reloadFlags []string
 	reloadWatch time.Duration
+	// haSwitchovers and haDeaths are the Patroni faults per DSN form.
+	haSwitchovers, haDeaths int
 	restarts    []string // pg_ctl stop modes
 	// partitionFlags are the heartbeat settings of every replica in the
 	// partition scenario, and partitionServerTimeout what leasectl makes of
@@ -44,12 +46,12 @@ type plan struct {
 
 func currentPlan() plan {
 	if *full {
-		return plan{kills: 200, terminations: 50, partitions: 3, restarts: []string{"fast", "immediate", "fast"}, standbyRounds: 20,
+		return plan{kills: 200, terminations: 50, partitions: 3, restarts: []string{"fast", "immediate", "fast"}, standbyRounds: 20, haSwitchovers: 3, haDeaths: 3,
 			reloadWatch:            90 * time.Second,
 			partitionSettings:      "defaults: heartbeat 15s/5s, grace 10s → server drops a silent session after 37s",
 			partitionServerTimeout: 37 * time.Second}
 	}
-	return plan{kills: 20, terminations: 10, partitions: 2, restarts: []string{"fast", "immediate"}, standbyRounds: 5,
+	return plan{kills: 20, terminations: 10, partitions: 2, restarts: []string{"fast", "immediate"}, standbyRounds: 5, haSwitchovers: 1, haDeaths: 1,
 		reloadFlags: []string{"--heartbeat-interval", "1s"}, reloadWatch: 15 * time.Second,
 		partitionFlags:         []string{"--heartbeat-interval", "1s", "--heartbeat-timeout", "1s", "--grace", "1s"},
 		partitionSettings:      "--heartbeat-interval 1s --heartbeat-timeout 1s --grace 1s → server drops a silent session after 6s",
@@ -72,6 +74,9 @@ type result struct {
 	// stops and gaps, where the old program takes time to stop: from the
 	// fault to its exit, and from its exit to the next program's start.
 	stops, gaps []time.Duration
+	// lags, in the Patroni scenarios: from the new primary accepting
+	// writes to the next program's start.
+	lags []time.Duration
 }
 
 // TestFaults is the fault suite: see the package doc. Each scenario starts a
@@ -124,6 +129,18 @@ func TestFaults(t *testing.T) {
 		func(t *testing.T, f *fleet, res *result) { standbysLeave(t, f, res, p.standbyRounds) })
 	scenario("PgBouncer reloaded from session to transaction mode under traffic", settingsOf(p.reloadFlags), p.reloadFlags,
 		func(t *testing.T, f *fleet, res *result) { poolerReload(t, f, res, p.reloadWatch) })
+	scenario("Patroni: switchovers and node deaths, multi-host DSN", "defaults; 3 replicas + 1 on HAProxy's replicas port", nil,
+		func(t *testing.T, f *fleet, res *result) {
+			checkPatroniProbe(t, h, patroniLab(t))
+			patroniFaults(t, f, res, multiHost, p.haSwitchovers, p.haDeaths)
+		})
+	scenario("Patroni: switchovers and node deaths, HAProxy primary port", "defaults; 3 replicas + 1 on HAProxy's replicas port", nil,
+		func(t *testing.T, f *fleet, res *result) { patroniFaults(t, f, res, haPrimary, p.haSwitchovers, p.haDeaths) })
+	t.Cleanup(func() {
+		if err := stopPatroniLab(); err != nil {
+			t.Errorf("stop the Patroni lab: %v", err)
+		}
+	})
 	scenario("HA failover: primary stopped, standby promoted", "multi-host DSN with target_session_attrs=primary, defaults", nil,
 		haFailover)
 
@@ -131,7 +148,7 @@ func TestFaults(t *testing.T) {
 	if n := h.count(0, isOverlap); n > 0 {
 		t.Errorf("%d overlap(s) in the whole suite", n)
 	}
-	t.Log("fault suite (" + map[bool]string{true: "full", false: "bounded"}[*full] + "):\n" + report(results))
+	t.Log("fault suite (" + map[bool]string{true: "full", false: "bounded"}[*full] + "):\n" + report(results) + "\n\n" + lagSummary(results))
 }
 
 // settingsOf describes a scenario's flags for the report.
@@ -538,7 +555,7 @@ func report(results []*result) string {
 			scenarios++
 		}
 	}
-	fmt.Fprintf(&b, "| one replica through PgBouncer (transaction mode), in %d scenarios | %d refusals | — | %d | — | — | the probe refuses the DSN |\n", scenarios, refusals, poolerLeads)
+	fmt.Fprintf(&b, "| one replica where a lease is unsafe (PgBouncer in transaction mode, HAProxy's replicas port), in %d scenarios | %d refusals | — | %d | — | — | the probe refuses the DSN |\n", scenarios, refusals, poolerLeads)
 	for _, r := range results {
 		for _, n := range r.notes {
 			fmt.Fprintf(&b, "\n- %s: %s", r.name, n)

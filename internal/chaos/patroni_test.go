@@ -1,0 +1,314 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/benchutil"
+	"github.com/leasectl/leasectl/internal/leasetest"
+	"github.com/leasectl/leasectl/lab"
+)
+
+// haLab is the Patroni lab of the HA scenarios (etcd, two Patroni nodes,
+// HAProxy routing by Patroni's checks), started by the first of them.
+var (
+	haLabOnce sync.Once
+	haLabErr  error
+	haLabRef  *lab.Lab
+)
+
+func patroniLab(t *testing.T) *lab.Lab {
+	t.Helper()
+	haLabOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		haLabRef, haLabErr = lab.Start(ctx, lab.Options{HA: &lab.HASpec{}})
+	})
+	if haLabErr != nil {
+		t.Fatal(haLabErr)
+	}
+	return haLabRef
+}
+
+// stopPatroniLab stops the Patroni lab if a scenario started it.
+func stopPatroniLab() error {
+	if haLabRef == nil {
+		return nil
+	}
+	return haLabRef.Stop(context.Background())
+}
+
+// writableWatch connects to every node and tries a write (it asks for a
+// transaction id, which a standby refuses) every 5 ms: the moment a node
+// accepts writes, to within 5 ms, without waiting for Patroni's own view.
+type writableWatch struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	first  map[int]time.Time // node port → first accepted write
+}
+
+func watchWritable(l *lab.Lab) *writableWatch {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &writableWatch{cancel: cancel, done: make(chan struct{}), first: map[int]time.Time{}}
+	var wg sync.WaitGroup
+	for _, n := range l.HA.Nodes {
+		port := n.Port
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var conn *pgx.Conn
+			defer func() {
+				if conn != nil {
+					conn.Close(context.Background())
+				}
+			}()
+			for ctx.Err() == nil {
+				if conn == nil || conn.IsClosed() {
+					cfg, err := dbconn.Parse(l.DSN(port, l.User, "postgres"), time.Second)
+					if err == nil {
+						conn, _ = dbconn.Connect(ctx, cfg)
+					}
+				}
+				if conn != nil && !conn.IsClosed() {
+					qctx, qcancel := context.WithTimeout(ctx, time.Second)
+					var xid string
+					err := conn.QueryRow(qctx, "SELECT pg_current_xact_id()::text").Scan(&xid)
+					qcancel()
+					if err == nil {
+						w.mu.Lock()
+						if _, ok := w.first[port]; !ok {
+							w.first[port] = time.Now()
+						}
+						w.mu.Unlock()
+					}
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	go func() { wg.Wait(); close(w.done) }()
+	return w
+}
+
+// writableAt is when the node on port first accepted a write.
+func (w *writableWatch) writableAt(port int) (time.Time, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	at, ok := w.first[port]
+	return at, ok
+}
+
+func (w *writableWatch) stop() {
+	w.cancel()
+	<-w.done
+}
+
+// patroniFaults runs three replicas over dsn (the multi-host DSN, or
+// HAProxy's primary port) and one over HAProxy's replicas port, which must
+// never lead, through switchovers and node deaths of the Patroni lab, with
+// default flags. After every fault a program starts on the new primary, its
+// backend holds the key there, `who` and `verify` over the multi-host DSN
+// see it, and the lag from the new primary accepting writes to that start
+// is measured.
+func patroniFaults(t *testing.T, f *fleet, res *result, form kind, switchovers, deaths int) {
+	h, ctx := f.h, context.Background()
+	l := patroniLab(t)
+	dsn := l.HAMultiHostDSN()
+	if form == haPrimary {
+		dsn = l.HAPrimaryDSN()
+	}
+	from := h.mark()
+	for range 3 {
+		f.start(form, dsn, nil)
+	}
+	f.start(haReplica, l.HAReplicaDSN(), nil)
+	lead := h.await(t, from, hang, "a first leader", isStart)
+	f.settled(f.of(lead))
+
+	var lags []time.Duration
+	var each []string
+	viaReplicas := 0
+	faults := make([]string, 0, switchovers+deaths)
+	for i := 0; i < max(switchovers, deaths); i++ {
+		if i < switchovers {
+			faults = append(faults, "switchover")
+		}
+		if i < deaths {
+			faults = append(faults, "node death")
+		}
+	}
+	for i, fault := range faults {
+		w := watchWritable(l)
+		from := h.mark()
+		t0 := time.Now()
+		var ch *lab.HAChange
+		var err error
+		if fault == "switchover" {
+			ch, err = l.Switchover(ctx)
+		} else {
+			ch, err = l.KillPrimary(ctx)
+		}
+		if err != nil {
+			w.stop()
+			t.Fatalf("%s %d: %v", fault, i+1, err)
+		}
+		res.faults++
+		first := h.await(t, from, hang, fmt.Sprintf("a leader after %s %d", fault, i+1), isStart)
+		next := first
+		if f.of(first).kind == haReplica {
+			// It reached the new primary through HAProxy's replicas port
+			// before HAProxy's check caught up (safe: the lease proves it
+			// is on a primary); HAProxy then shuts that session down, and
+			// a replica of the DSN under test takes over.
+			viaReplicas++
+			checkHolder(t, pgtestConn(t, l.DSN(l.HANode(ch.To).Port, l.User, "postgres")), "the new primary "+ch.To, first.BackendPID)
+			next = h.await(t, from, hang, fmt.Sprintf("a leader over the %s DSN after %s %d", form, fault, i+1), f.isStartOf(form))
+		}
+		w.stop()
+		primary := l.HANode(ch.To)
+		writable, ok := w.writableAt(primary.Port)
+		if !ok {
+			t.Fatalf("%s %d: no write was seen on the new primary %s", fault, i+1, ch.To)
+		}
+		lags = append(lags, first.At.Sub(writable))
+		if os.Getenv("CHAOS_DEBUG") != "" && false {
+			for _, r := range f.live {
+				t.Logf("DEBUG %s %s writable at %s:\n%s", fault, r.name, writable.Format("15:04:05.000"), r.log)
+			}
+		}
+		res.takeovers = append(res.takeovers, first.At.Sub(t0))
+		each = append(each, fmt.Sprintf("%s %s→%s: writable after %s, the next program started %s after that", fault, ch.From, ch.To, fmtDur(writable.Sub(t0)), fmtDur(first.At.Sub(writable))))
+		leader := f.of(next)
+		if leader.kind != form {
+			t.Fatalf("%s %d: %s leads", fault, i+1, leader.name)
+		}
+		checkHolder(t, pgtestConn(t, l.DSN(primary.Port, l.User, "postgres")), "the new primary "+ch.To, next.BackendPID)
+		if fault == "node death" {
+			if _, err := l.ReviveNode(ctx, ch.From); err != nil {
+				t.Fatalf("revive %s: %v", ch.From, err)
+			}
+		}
+		f.settled(leader)
+		checkWhoAndVerify(t, h, l.HAMultiHostDSN(), next.BackendPID)
+	}
+	res.lags = append(res.lags, lags...)
+	res.notes = append(res.notes, fmt.Sprintf("lag from the new primary accepting writes (polled every 5 ms) to the next program's start: %s; %s; the replica over HAProxy's replicas port led %d time(s), on the new primary, before HAProxy's check caught up", spread(lags), strings.Join(each, "; "), viaReplicas))
+}
+
+// pgtestConn opens a connection for the test's own queries.
+func pgtestConn(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	cfg, err := dbconn.Parse(dsn, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := dbconn.Connect(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+// checkWhoAndVerify runs `leasectl who` and `leasectl verify` over dsn (the
+// multi-host DSN): both must reach the primary and name the leader's
+// backend.
+func checkWhoAndVerify(t *testing.T, h *harness, dsn, backendPID string) {
+	t.Helper()
+	run := func(args ...string) ([]byte, int) {
+		cmd := exec.Command(h.leasectl, args...)
+		cmd.Env = append(os.Environ(), "LEASECTL_DSN="+dsn, "LEASECTL_KEYS="+h.keys)
+		out, err := cmd.Output()
+		code := 0
+		if err != nil {
+			code = cmd.ProcessState.ExitCode()
+		}
+		return out, code
+	}
+	out, code := run("who", role, "-o", "json")
+	var doc struct {
+		Server struct {
+			InRecovery bool `json:"in_recovery"`
+		} `json:"server"`
+		Leases []struct {
+			Holders []struct {
+				PID int `json:"pid"`
+			} `json:"holders"`
+		} `json:"leases"`
+	}
+	if err := json.Unmarshal(out, &doc); err != nil || code != 0 {
+		t.Fatalf("who over the multi-host DSN: exit %d, %v\n%s", code, err, out)
+	}
+	if doc.Server.InRecovery || len(doc.Leases) != 1 || len(doc.Leases[0].Holders) != 1 || strconv.Itoa(doc.Leases[0].Holders[0].PID) != backendPID {
+		t.Errorf("who over the multi-host DSN does not show the leader %s on a primary:\n%s", backendPID, out)
+	}
+	if out, code := run("verify", role); code != 0 {
+		t.Errorf("verify over the multi-host DSN: exit %d\n%s", code, out)
+	}
+}
+
+// checkPatroniProbe: HAProxy's primary port is STABLE (a proxy hint, the
+// port is forwarded), its replicas port is REFUSED (a standby).
+func checkPatroniProbe(t *testing.T, h *harness, l *lab.Lab) {
+	t.Helper()
+	for _, tc := range []struct {
+		dsn  string
+		code int
+		says string
+	}{
+		{l.HAPrimaryDSN(), 0, "! proxy"},
+		{l.HAReplicaDSN(), 1, "the server is a standby"},
+		{l.HAMultiHostDSN(), 0, "STABLE"},
+	} {
+		out, err := exec.Command(h.leasectl, "--no-color", "probe", tc.dsn).Output()
+		code := 0
+		if err != nil {
+			code = err.(*exec.ExitError).ExitCode()
+		}
+		if code != tc.code || !strings.Contains(string(out), tc.says) {
+			t.Errorf("probe %s: exit %d, want %d and %q:\n%s", tc.dsn, code, tc.code, tc.says, out)
+		}
+	}
+}
+
+// lagSummary renders the lags of every Patroni scenario against the goal.
+func lagSummary(results []*result) string {
+	var all []time.Duration
+	for _, r := range results {
+		all = append(all, r.lags...)
+	}
+	if len(all) == 0 {
+		return ""
+	}
+	s := benchutil.Summarize(all)
+	return fmt.Sprintf("Patroni: lag from the new primary accepting writes to the next program's start, %d faults: median %s, max %s (goal: median ≤ 100 ms, max ≤ 500 ms)", len(all), fmtDur(s.Median), fmtDur(s.Max))
+}
+
+// isStartOf matches a program start by a replica of kind k.
+func (f *fleet) isStartOf(k kind) func(leasetest.Event) bool {
+	return func(ev leasetest.Event) bool {
+		if !isStart(ev) {
+			return false
+		}
+		for _, r := range f.all {
+			if r.pid() == ev.PPID {
+				return r.kind == k
+			}
+		}
+		return false
+	}
+}
