@@ -33,7 +33,7 @@ type plan struct {
 	reloadWatch time.Duration
 	// haSwitchovers and haDeaths are the Patroni faults per DSN form.
 	haSwitchovers, haDeaths int
-	restarts    []string // pg_ctl stop modes
+	restarts                []string // pg_ctl stop modes
 	// partitionFlags are the heartbeat settings of every replica in the
 	// partition scenario, and partitionServerTimeout what leasectl makes of
 	// them: the server drops a silent client's session after
@@ -135,7 +135,9 @@ func TestFaults(t *testing.T) {
 			patroniFaults(t, f, res, multiHost, p.haSwitchovers, p.haDeaths)
 		})
 	scenario("Patroni: switchovers and node deaths, HAProxy primary port", "defaults; 3 replicas + 1 on HAProxy's replicas port", nil,
-		func(t *testing.T, f *fleet, res *result) { patroniFaults(t, f, res, haPrimary, p.haSwitchovers, p.haDeaths) })
+		func(t *testing.T, f *fleet, res *result) {
+			patroniFaults(t, f, res, haPrimary, p.haSwitchovers, p.haDeaths)
+		})
 	t.Cleanup(func() {
 		if err := stopPatroniLab(); err != nil {
 			t.Errorf("stop the Patroni lab: %v", err)
