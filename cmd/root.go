@@ -68,7 +68,17 @@ func Run(ctx context.Context, app *App, args []string) int {
 			// Connected, then a statement got no answer in time.
 			err = fmt.Errorf("%w (no answer within --timeout %s: a pooler with no free server connection, or an overloaded server? raise --timeout)", err, app.Global.Timeout)
 		}
-		printError(app.IO.ErrOut, c, err)
+		if wantsAnnotations(c, args) {
+			// keys lint|diff --format github-actions: the error as
+			// annotations, which the pull request shows.
+			writeErrorAnnotations(ctx, app.IO.Out, app, c, err)
+			var usage *UsageError
+			if errors.As(err, &usage) {
+				fmt.Fprintf(app.IO.ErrOut, "%s", c.UsageString())
+			}
+		} else {
+			printError(app.IO.ErrOut, c, err)
+		}
 	}
 	return ExitCode(err)
 }
