@@ -46,6 +46,11 @@ func Get() Info {
 // resolve combines the linker-stamped values with what the toolchain
 // recorded in info (which may be nil); stamped values win.
 func resolve(ldVersion, ldCommit, ldDate string, info *debug.BuildInfo) Info {
+	// goreleaser stamps "none" for a commit it could not read (a snapshot
+	// of a clone without a remote): unknown, like no stamp at all.
+	if ldCommit == "none" {
+		ldCommit = ""
+	}
 	out := Info{Version: ldVersion, Commit: ldCommit, Date: ldDate, GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if info != nil {
 		if out.Version == "" && info.Main.Version != "" && info.Main.Version != "(devel)" {

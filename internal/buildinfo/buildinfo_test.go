@@ -25,6 +25,7 @@ func TestResolve(t *testing.T) {
 	}{
 		{"release build: the linker's values win", "1.5.0", "abc", "2027-01-01T00:00:00Z", vcs, "v1.5.0", "abc", "2027-01-01T00:00:00Z", false},
 		{"a tag's v is kept", "v1.5.0", "", "", nil, "v1.5.0", "", "", false},
+		{"goreleaser's none is no commit", "0.0.1-snapshot", "none", "2027-01-01T00:00:00Z", vcs, "v0.0.1-snapshot", "eda38118450e4ec26b54555405c13c27c968fea2", "2027-01-01T00:00:00Z", true},
 		{"go install …@v1.4.0", "", "", "", installed, "v1.4.0", "", "", false},
 		{"a build in a clone", "", "", "", vcs, "devel", "eda38118450e4ec26b54555405c13c27c968fea2", "2026-12-01T02:01:38Z", true},
 		{"nothing recorded", "", "", "", nil, "devel", "", "", false},
