@@ -238,7 +238,14 @@ path is taken relative to the repository root); without --base, the latest
 tag reachable from HEAD (when HEAD itself is tagged, the tag before it);
 with --base-file PATH, another file. A ref that does not exist, or a file
 absent at the ref, is exit 2; --allow-missing-base passes instead when there
-is no tag at all or FILE is new since the ref (a first release).
+is no tag at all or FILE is new since the ref (a first release). In a shallow
+clone (actions/checkout's default) the latest tag cannot be known: without
+--base, or with a ref the clone lacks, keys diff exits 2 whatever the flags,
+and says how to fetch the history (fetch-depth: 0, git fetch --unshallow
+--tags).
+
+With --format github-actions every finding and every error is an
+annotation on the pull request.
 
 Exit 1 when any finding is an error, 0 otherwise, 2 on invalid input.
 

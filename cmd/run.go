@@ -84,7 +84,10 @@ flags, an unknown role, an invalid keys.yaml or DSN, or a CMD that cannot be
 started.
 
 Logs go to stderr (--log-format text or json), one line per state change with
-role, key and backend_pid. Sessions are named "leasectl run ROLE@HOST" (and
+role, key and backend_pid. --metrics-addr serves Prometheus metrics at
+/metrics, /readyz (200 while leading or standing by on a primary) and
+/healthz (200 while the lease loop shows signs of life, database outages
+included), for Kubernetes probes. Sessions are named "leasectl run ROLE@HOST" (and
 " fence") unless the DSN sets application_name. Timing: a leader notices a
 dead network within --heartbeat-interval + --heartbeat-timeout, and its
 sessions on the server are set to outlive a silent client by that plus
