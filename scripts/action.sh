@@ -140,7 +140,9 @@ install_source() {
     ldflags+=" -X $pkg.commit=$commit"
   fi
   mkdir -p "$dir"
-  (cd "$src" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$dir/leasectl$(exe_suffix)" .)
+  # -buildvcs=false: the commit is stamped above, and git may refuse a
+  # checkout it does not own.
+  (cd "$src" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$dir/leasectl$(exe_suffix)" .)
 }
 
 exe_suffix() {
