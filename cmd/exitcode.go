@@ -76,6 +76,7 @@ func ExitCode(err error) int {
 		refMissing  *keys.RefNotFoundError
 		notAtRef    *keys.NotAtRefError
 		noBase      *keys.NoBaseError
+		shallow     *keys.ShallowError
 		permission  *locks.PermissionError
 		childExit   *lease.ExitError
 		leaseCfg    *lease.ConfigError
@@ -95,8 +96,9 @@ func ExitCode(err error) int {
 		errors.Is(err, lab.ErrNoLab):
 		return ExitUsage
 	case errors.As(err, &gitErr), errors.As(err, &notRepo), errors.As(err, &refMissing),
-		errors.As(err, &notAtRef), errors.As(err, &noBase):
-		// keys diff could not read its base version: a wrong ref or path, or no release yet
+		errors.As(err, &notAtRef), errors.As(err, &noBase), errors.As(err, &shallow):
+		// keys diff could not read its base version: a wrong ref or path, no
+		// release yet, or a shallow clone that hides it
 		return ExitUsage
 	case errors.Is(err, locks.ErrStandby), errors.Is(err, locks.ErrOwnSession):
 		// failover or verify pointed at the wrong server: a standby, or the

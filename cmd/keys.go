@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -181,12 +182,10 @@ func runKeysLint(ctx context.Context, opts *keysLintOptions) error {
 			return err
 		}
 	case formatGH:
-		file := annotationPath(ctx, path)
-		for _, p := range problems {
-			writeAnnotation(w, keys.SeverityError, file, p.Line, p.Rule, p.Message)
-		}
+		// The problems are annotated by writeErrorAnnotations, from the
+		// error returned below, like every other error in this format.
 		if f != nil {
-			fmt.Fprintf(w, "%s: no problems (%s, %s)\n", file, plural(len(f.Roles), "role"), plural(len(f.Retired), "retired key"))
+			fmt.Fprintf(w, "%s: no problems (%s, %s)\n", annotationPath(ctx, path), plural(len(f.Roles), "role"), plural(len(f.Retired), "retired key"))
 		}
 	default:
 		st := app.styles()
@@ -198,10 +197,24 @@ func runKeysLint(ctx context.Context, opts *keysLintOptions) error {
 		}
 	}
 	if len(problems) > 0 {
-		return &InputError{Err: fmt.Errorf("%s is not a valid keys file: %s; fix and run leasectl keys lint again", path, plural(len(problems), "problem"))}
+		return &InputError{Err: &lintFailedError{
+			msg:     fmt.Sprintf("%s is not a valid keys file: %s; fix and run leasectl keys lint again", path, plural(len(problems), "problem")),
+			invalid: invalid,
+		}}
 	}
 	return nil
 }
+
+// lintFailedError is keys lint's verdict on an invalid file: a one-line
+// summary (the problems are listed on stdout) that still carries the
+// problems, for the github-actions format.
+type lintFailedError struct {
+	msg     string
+	invalid *keys.InvalidError
+}
+
+func (e *lintFailedError) Error() string { return e.msg }
+func (e *lintFailedError) Unwrap() error { return e.invalid }
 
 type keysDiffOptions struct {
 	app              *App
@@ -225,7 +238,14 @@ path is taken relative to the repository root); without --base, the latest
 tag reachable from HEAD (when HEAD itself is tagged, the tag before it);
 with --base-file PATH, another file. A ref that does not exist, or a file
 absent at the ref, is exit 2; --allow-missing-base passes instead when there
-is no tag at all or FILE is new since the ref (a first release).
+is no tag at all or FILE is new since the ref (a first release). In a shallow
+clone (actions/checkout's default) the latest tag cannot be known: without
+--base, or with a ref the clone lacks, keys diff exits 2 whatever the flags,
+and says how to fetch the history (fetch-depth: 0, git fetch --unshallow
+--tags).
+
+With --format github-actions every finding and every error is an
+annotation on the pull request.
 
 Exit 1 when any finding is an error, 0 otherwise, 2 on invalid input.
 
@@ -348,6 +368,11 @@ func renderDiff(ctx context.Context, app *App, format string, res *diffResult) e
 		for _, f := range res.Findings {
 			writeAnnotation(w, f.Severity, file, f.Line, f.Rule, f.Message)
 		}
+		if res.MissingBase != "" {
+			// A pass that compared nothing must show on the pull request.
+			writeWorkflowCommand(w, "warning", file, 0, "leasectl keys diff", diffSummary(res, file))
+			return nil
+		}
 		fmt.Fprintln(w, diffSummary(res, file))
 	default:
 		st := app.styles()
@@ -403,11 +428,89 @@ func writeAnnotation(w io.Writer, sev keys.Severity, file string, line int, rule
 	if sev != keys.SeverityError {
 		cmd = "notice"
 	}
-	props := "file=" + ghProperty(file)
-	if line > 0 {
-		props += fmt.Sprintf(",line=%d", line)
+	writeWorkflowCommand(w, cmd, file, line, "", rule+": "+message)
+}
+
+// writeWorkflowCommand writes an annotation command (error, warning or
+// notice) with the properties that are set: file (relative to the
+// repository root), line (when positive) and title.
+func writeWorkflowCommand(w io.Writer, cmd, file string, line int, title, message string) {
+	var props []string
+	if file != "" {
+		props = append(props, "file="+ghProperty(file))
+		if line > 0 {
+			props = append(props, fmt.Sprintf("line=%d", line))
+		}
 	}
-	fmt.Fprintf(w, "::%s %s::%s\n", cmd, props, ghData(rule+": "+message))
+	if title != "" {
+		props = append(props, "title="+ghProperty(title))
+	}
+	if len(props) > 0 {
+		cmd += " " + strings.Join(props, ",")
+	}
+	fmt.Fprintf(w, "::%s::%s\n", cmd, ghData(message))
+}
+
+// wantsAnnotations reports whether c, the command that failed, is keys lint
+// or keys diff asked for --format github-actions. The command line args are
+// read too: a flag error stops parsing before --format may have been read.
+func wantsAnnotations(c *cobra.Command, args []string) bool {
+	if c == nil || !c.HasParent() || c.Parent().Name() != "keys" || (c.Name() != "lint" && c.Name() != "diff") {
+		return false
+	}
+	if f := c.Flags().Lookup("format"); f != nil && f.Changed {
+		return f.Value.String() == formatGH
+	}
+	for i, a := range args {
+		switch {
+		case a == "--":
+			return false
+		case a == "--format="+formatGH, a == "--format" && i+1 < len(args) && args[i+1] == formatGH:
+			return true
+		}
+	}
+	return false
+}
+
+// writeErrorAnnotations renders err, the error that ended keys lint or keys
+// diff in the github-actions format, as error annotations on w, so that the
+// pull request shows it: a plain "Error:" line shows only in the job's log.
+// The problems of an invalid keys file are annotated at their lines; any
+// other error (a missing file, a shallow clone, a ref not found, a usage
+// error) is one annotation on the keys file, titled with the command.
+func writeErrorAnnotations(ctx context.Context, w io.Writer, app *App, c *cobra.Command, err error) {
+	var check *CheckFailedError
+	if errors.As(err, &check) && check.Message == "" {
+		return // the findings are annotated already
+	}
+	path := app.KeysPath()
+	if args := c.Flags().Args(); len(args) > 0 {
+		path = args[0]
+	}
+	file := annotationPath(ctx, path)
+	title := c.CommandPath()
+	var invalid *keys.InvalidError
+	var usage *UsageError
+	switch {
+	case errors.As(err, &invalid):
+		if _, statErr := os.Stat(invalid.Path); statErr == nil {
+			// The keys file itself, or a --base-file: at its lines.
+			at := annotationPath(ctx, invalid.Path)
+			for _, p := range invalid.Problems {
+				writeAnnotation(w, keys.SeverityError, at, p.Line, p.Rule, p.Message)
+			}
+			return
+		}
+		// The base from git (REF:path): its lines are not the pull
+		// request's, so each problem goes on the keys file as a whole.
+		for _, p := range invalid.Problems {
+			writeWorkflowCommand(w, "error", file, 0, title, fmt.Sprintf("the base %s is not a valid keys file: %s: %s", p.Location(invalid.Path), p.Rule, p.Message))
+		}
+	case errors.As(err, &usage):
+		writeWorkflowCommand(w, "error", "", 0, title, err.Error())
+	default:
+		writeWorkflowCommand(w, "error", file, 0, title, err.Error())
+	}
 }
 
 // ghData escapes the message of a workflow command.

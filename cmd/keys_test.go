@@ -359,3 +359,144 @@ func TestKeysUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestKeysDiffRefusesAShallowClone is the CI case of actions/checkout's
+// default depth of 1: keys diff used to find no tag and pass with
+// --allow-missing-base over a changed key. Now it refuses with exit 2 and
+// the fix, whatever the flags, and passes judgement once history is there.
+func TestKeysDiffRefusesAShallowClone(t *testing.T) {
+	origin := gittest.New(t)
+	origin.Write("keys.yaml", "roles:\n  poller: 1840000001\n")
+	origin.Commit("keys v1")
+	origin.Tag("v1.0.0")
+	origin.Write("keys.yaml", "roles:\n  poller: 1840000009\n")
+	origin.Commit("change poller's key")
+
+	c := gittest.Clone(t, origin, "--depth", "1")
+	file := c.Path("keys.yaml")
+	for _, flags := range [][]string{nil, {"--allow-missing-base"}, {"--allow-missing-base", "-o", "json"}} {
+		res := runCLI(t, nil, append([]string{"keys", "diff", file}, flags...)...)
+		wantExit(t, res, ExitUsage)
+		if !strings.Contains(res.Stderr, "shallow clone") || !strings.Contains(res.Stderr, "fetch-depth: 0") ||
+			!strings.Contains(res.Stderr, "git fetch --unshallow --tags") || strings.Contains(res.Stdout, "✓") {
+			t.Errorf("%v in a depth-1 clone:\nstdout: %s\nstderr: %s", flags, res.Stdout, res.Stderr)
+		}
+	}
+	// The tag fetched into the shallow clone: still no way to know it is
+	// the latest, but named with --base it is a real base.
+	c.Git("fetch", "-q", "--depth", "1", "origin", "tag", "v1.0.0")
+	wantExit(t, runCLI(t, nil, "keys", "diff", file, "--allow-missing-base"), ExitUsage)
+	res := runCLI(t, nil, "keys", "diff", file, "--base", "v1.0.0")
+	wantExit(t, res, ExitCheckFailed)
+	if !strings.Contains(res.Stdout, "KEY_CHANGED") {
+		t.Errorf("--base v1.0.0 fetched into the clone: %s", res.Stdout)
+	}
+	// The whole history: the change is caught without --base.
+	c.Git("fetch", "-q", "--unshallow", "--tags")
+	res = runCLI(t, nil, "keys", "diff", file, "--allow-missing-base")
+	wantExit(t, res, ExitCheckFailed)
+	if !strings.Contains(res.Stdout, "v1.0.0:keys.yaml: 1 error") {
+		t.Errorf("after --unshallow: %s", res.Stdout)
+	}
+}
+
+// workflowCommand is one GitHub Actions annotation command, with its
+// properties escaped the way the runner reads them.
+var workflowCommand = regexp.MustCompile(`^::(error|warning|notice)( (file|line|title)=[^,:\n]+(,(file|line|title)=[^,:\n]+)*)?::[^\n]+$`)
+
+// TestKeysGitHubActionsErrorsAreAnnotations: with --format github-actions
+// every failure of keys lint and keys diff, setup failures included, is an
+// annotation on stdout (the pull request never shows a plain "Error:"
+// line), with the documented exit code.
+func TestKeysGitHubActionsErrorsAreAnnotations(t *testing.T) {
+	r := gittest.New(t)
+	r.Write("keys.yaml", "roles:\n  poller: 1840000001\n")
+	r.Write("deploy/bad.yaml", "roles:\n  poller: 1840000001\n")
+	r.Commit("keys v1")
+	r.Tag("v1.0.0")
+	r.Write("deploy/bad.yaml", "roles: [\n")
+	r.Commit("broken")
+	r.Tag("v2.0.0")
+	r.Commit("after v2")
+	shallow := gittest.Clone(t, r, "--depth", "1")
+	noTags := gittest.New(t)
+	noTags.Write("keys.yaml", "roles:\n  poller: 1840000001\n")
+	noTags.Commit("first")
+	outside := filepath.Join(t.TempDir(), "keys.yaml")
+	copyFile(t, keysBase, outside)
+
+	gh := "--format=github-actions"
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string // a line of stdout starts with it
+	}{
+		{"lint: missing file", []string{"keys", "lint", r.Path("nope.yaml"), gh}, ExitUsage,
+			"::error file=nope.yaml,title=leasectl keys lint::keys file " + r.Path("nope.yaml") + " not found"},
+		{"diff: missing file", []string{"keys", "diff", r.Path("nope.yaml"), gh}, ExitUsage,
+			"::error file=nope.yaml,title=leasectl keys diff::keys file " + r.Path("nope.yaml") + " not found"},
+		{"the --keys file", []string{"--keys", r.Path("nope.yaml"), "keys", "diff", "--format", "github-actions"}, ExitUsage,
+			"::error file=nope.yaml,title=leasectl keys diff::keys file"},
+		{"lint: bad YAML", []string{"keys", "lint", r.Path("deploy/bad.yaml"), gh}, ExitUsage,
+			"::error file=deploy/bad.yaml,line=1::YAML_SYNTAX: "},
+		{"diff: bad YAML", []string{"keys", "diff", r.Path("deploy/bad.yaml"), gh}, ExitUsage,
+			"::error file=deploy/bad.yaml,line=1::YAML_SYNTAX: "},
+		{"diff: a base from git that does not parse", []string{"keys", "diff", r.Path("deploy/bad.yaml"), "--base", "v2.0.0", gh}, ExitUsage,
+			"::error file=deploy/bad.yaml,line=1::YAML_SYNTAX: "},
+		{"diff: ref not found", []string{"keys", "diff", r.Path("keys.yaml"), "--base", "v7.0.0", gh}, ExitUsage,
+			`::error file=keys.yaml,title=leasectl keys diff::git ref "v7.0.0" not found`},
+		{"diff: shallow clone", []string{"keys", "diff", shallow.Path("keys.yaml"), "--allow-missing-base", gh}, ExitUsage,
+			"::error file=keys.yaml,title=leasectl keys diff::this repository is a shallow clone"},
+		{"diff: no tag", []string{"keys", "diff", noTags.Path("keys.yaml"), gh}, ExitUsage,
+			"::error file=keys.yaml,title=leasectl keys diff::no tag is reachable from HEAD"},
+		{"diff: outside a repository", []string{"keys", "diff", outside, gh}, ExitUsage,
+			"::error file=" + ghProperty(outside) + ",title=leasectl keys diff::" + outside + " is not inside a git repository"},
+		{"diff: usage", []string{"keys", "diff", r.Path("keys.yaml"), "--base", "v1.0.0", "--base-file", keysBase, gh}, ExitUsage,
+			"::error title=leasectl keys diff::--base and --base-file exclude each other"},
+		{"diff: an unknown flag before --format", []string{"keys", "diff", "--bogus", "--format", "github-actions"}, ExitUsage,
+			"::error title=leasectl keys diff::unknown flag: --bogus"},
+		{"lint: too many arguments", []string{"keys", "lint", "a.yaml", "b.yaml", gh}, ExitUsage,
+			`::error title=leasectl keys lint::"leasectl keys lint" takes at most 1 argument(s)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runCLI(t, nil, tc.args...)
+			wantExit(t, res, tc.code)
+			if !strings.Contains("\n"+res.Stdout, "\n"+tc.want) {
+				t.Errorf("no annotation starting %q on stdout:\n%s", tc.want, res.Stdout)
+			}
+			for _, line := range strings.Split(strings.TrimSuffix(res.Stdout, "\n"), "\n") {
+				if !workflowCommand.MatchString(line) {
+					t.Errorf("not a workflow command: %q", line)
+				}
+			}
+			if strings.Contains(res.Stderr, "Error:") {
+				t.Errorf("a plain error line, which the pull request never shows:\n%s", res.Stderr)
+			}
+		})
+	}
+
+	// The base from git fails to parse: the problem is not at a line of
+	// the pull request's file, so it goes on the file as a whole.
+	r.Write("deploy/bad.yaml", "roles:\n  poller: 1840000001\n")
+	r.Commit("fixed")
+	res := runCLI(t, nil, "keys", "diff", r.Path("deploy/bad.yaml"), "--base", "v2.0.0", gh)
+	wantExit(t, res, ExitUsage)
+	if !strings.HasPrefix(res.Stdout, "::error file=deploy/bad.yaml,title=leasectl keys diff::the base v2.0.0:deploy/bad.yaml:1 is not a valid keys file: YAML_SYNTAX: ") {
+		t.Errorf("an invalid base from git:\n%s", res.Stdout)
+	}
+
+	// A pass that compared nothing is a warning on the pull request.
+	res = runCLI(t, nil, "keys", "diff", noTags.Path("keys.yaml"), "--allow-missing-base", gh)
+	wantExit(t, res, ExitOK)
+	if !strings.HasPrefix(res.Stdout, "::warning file=keys.yaml,title=leasectl keys diff::keys.yaml: nothing to compare with, passing because of --allow-missing-base") {
+		t.Errorf("--allow-missing-base:\n%s", res.Stdout)
+	}
+
+	// Other formats keep the plain error line.
+	res = runCLI(t, nil, "keys", "diff", shallow.Path("keys.yaml"))
+	wantExit(t, res, ExitUsage)
+	if !strings.HasPrefix(res.Stderr, "Error: this repository is a shallow clone") || res.Stdout != "" {
+		t.Errorf("text format:\nstdout: %s\nstderr: %s", res.Stdout, res.Stderr)
+	}
+}

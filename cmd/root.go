@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -69,13 +68,24 @@ func Run(ctx context.Context, app *App, args []string) int {
 			// Connected, then a statement got no answer in time.
 			err = fmt.Errorf("%w (no answer within --timeout %s: a pooler with no free server connection, or an overloaded server? raise --timeout)", err, app.Global.Timeout)
 		}
-		printError(app.IO.ErrOut, c, err)
+		if wantsAnnotations(c, args) {
+			// keys lint|diff --format github-actions: the error as
+			// annotations, which the pull request shows.
+			writeErrorAnnotations(ctx, app.IO.Out, app, c, err)
+			var usage *UsageError
+			if errors.As(err, &usage) {
+				fmt.Fprintf(app.IO.ErrOut, "%s", c.UsageString())
+			}
+		} else {
+			printError(app.IO.ErrOut, c, err)
+		}
 	}
 	return ExitCode(err)
 }
 
 // NewRootCmd builds the command tree.
 func NewRootCmd(app *App) *cobra.Command {
+	var showVersion bool
 	root := &cobra.Command{
 		Use:   "leasectl",
 		Short: "Check, inspect and run PostgreSQL advisory-lock leases",
@@ -107,7 +117,17 @@ while they hold the lease.`,
 			app.Global.dsnGiven = c.Flags().Changed("dsn")
 			return nil
 		},
+		// Runnable for --version, which honours -o json (cobra's own
+		// version flag prints a template and ignores -o). Arguments are
+		// still checked: an unknown command is a usage error.
+		RunE: func(c *cobra.Command, _ []string) error {
+			if showVersion {
+				return renderVersion(app, true)
+			}
+			return c.Help()
+		},
 	}
+	root.Flags().BoolVar(&showVersion, "version", false, "print leasectl's version on one line (-o json: as JSON; leasectl version shows more)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &UsageError{Err: err} })
 	pf := root.PersistentFlags()
 	pf.StringVar(&app.Global.DSN, "dsn", "", "PostgreSQL DSN (else $LEASECTL_DSN, $DATABASE_URL, then libpq's PG* variables, pgpass and service files)")
@@ -125,7 +145,7 @@ while they hold the lease.`,
 	}{
 		{&cobra.Group{ID: "check", Title: "Check a deployment:"}, []*cobra.Command{newProbeCmd(app), newWhoCmd(app), newVerifyCmd(app)}},
 		{&cobra.Group{ID: "act", Title: "Run and move leases:"}, []*cobra.Command{newRunCmd(app), newFailoverCmd(app)}},
-		{&cobra.Group{ID: "config", Title: "Keys and tools:"}, []*cobra.Command{newKeysCmd(app), newLabCmd(app)}},
+		{&cobra.Group{ID: "config", Title: "Keys and tools:"}, []*cobra.Command{newKeysCmd(app), newLabCmd(app), newVersionCmd(app)}},
 	}
 	for _, g := range groups {
 		root.AddGroup(g.group)
@@ -136,8 +156,6 @@ while they hold the lease.`,
 	}
 	root.SetHelpCommandGroupID("config")
 	root.SetCompletionCommandGroupID("config")
-	root.Version = version()
-	root.SetVersionTemplate("leasectl {{.Version}}\n")
 	// Before the built-in commands are made: completion's scripts take
 	// their writer when it is created.
 	root.SetIn(app.IO.In)
@@ -282,23 +300,4 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 		}
 		return nil
 	}
-}
-
-// version is the module version leasectl was built from (set by go install
-// …@vX.Y.Z), with the VCS revision when the build recorded one.
-func version() string {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "(unknown)"
-	}
-	v := info.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	for _, s := range info.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += " (" + s.Value[:12] + ")"
-		}
-	}
-	return v + " " + info.GoVersion
 }

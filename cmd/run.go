@@ -84,7 +84,10 @@ flags, an unknown role, an invalid keys.yaml or DSN, or a CMD that cannot be
 started.
 
 Logs go to stderr (--log-format text or json), one line per state change with
-role, key and backend_pid. Sessions are named "leasectl run ROLE@HOST" (and
+role, key and backend_pid. --metrics-addr serves Prometheus metrics at
+/metrics, /readyz (200 while leading or standing by on a primary) and
+/healthz (200 while the lease loop shows signs of life, database outages
+included), for Kubernetes probes. Sessions are named "leasectl run ROLE@HOST" (and
 " fence") unless the DSN sets application_name. Timing: a leader notices a
 dead network within --heartbeat-interval + --heartbeat-timeout, and its
 sessions on the server are set to outlive a silent client by that plus
@@ -125,7 +128,7 @@ Linux container.`,
 	f.DurationVar(&opts.HeartbeatTimeout, "heartbeat-timeout", 0, "time limit of each heartbeat (default: --timeout)")
 	f.DurationVar(&opts.TakeoverDelay, "takeover-delay", 0, "hold the lease this long before starting CMD (the stop fence already waits for the old CMD; this covers a server restart, which ends the fence too)")
 	f.StringVar(&opts.LogFormat, "log-format", "text", "log format on stderr: text or json")
-	f.StringVar(&opts.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, e.g. 127.0.0.1:9464")
+	f.StringVar(&opts.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz for probes, e.g. 127.0.0.1:9464")
 	_ = c.RegisterFlagCompletionFunc("role", completeOneRole(app))
 	_ = c.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	return c
@@ -156,8 +159,11 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		return err
 	}
 	errOut := lockedWriter(app.IO.ErrOut)
-	logger := newRunLogger(errOut, opts.LogFormat)
 	metrics := newRunMetrics(role, key)
+	metrics.staleAfter = opts.healthWindow()
+	// Every log record of the lease and the program is a sign of life for
+	// /healthz: while the database is down, the retries only log.
+	logger := slog.New(&activityHandler{Handler: newRunLogger(errOut, opts.LogFormat).Handler(), mark: metrics.activity})
 	if opts.MetricsAddr != "" {
 		stopMetrics, err := serveMetrics(opts.MetricsAddr, metrics, logger)
 		if err != nil {
@@ -214,6 +220,17 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		case <-t.C:
 		}
 	}
+}
+
+// healthWindow is how long the lease loop may show no sign of life (a state
+// change, a heartbeat, a log record) before /healthz reports it stuck: three
+// heartbeat intervals and a heartbeat's time limit (a stand-by's wait and a
+// leader's heartbeat each end within one interval), plus the longest quiet
+// stretches a healthy loop has: a retry wait, the program's --grace, and
+// the minute-long search for a new primary after a lost session.
+func (o *runOptions) healthWindow() time.Duration {
+	w := 3*o.HeartbeatInterval + o.HeartbeatTimeout + o.RetryInterval + o.Grace
+	return max(w, lease.SearchWindow+o.HeartbeatTimeout)
 }
 
 // roleName is how the lease names itself: the role, else "key N".
@@ -330,8 +347,9 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 
 // ---- metrics ----
 
-// runMetrics is what --metrics-addr serves, in Prometheus' text format.
-// Three series do not justify a client library and its dependencies.
+// runMetrics is what --metrics-addr serves: the metrics in Prometheus' text
+// format, and the lease's health for /healthz and /readyz. Three series do
+// not justify a client library and its dependencies.
 type runMetrics struct {
 	mu          sync.Mutex
 	labels      string
@@ -339,16 +357,101 @@ type runMetrics struct {
 	transitions map[lease.State]int
 	lastBeat    time.Time
 	children    int
+	// state is the lease's current state, "" before the first one.
+	state lease.State
+	// lastActivity is the last sign of life of the lease loop; staleAfter
+	// is how old it may get before /healthz fails.
+	lastActivity time.Time
+	staleAfter   time.Duration
+	now          func() time.Time
 }
 
 func newRunMetrics(role string, key int64) *runMetrics {
 	if role == "" {
 		role = "key " + strconv.FormatInt(key, 10)
 	}
-	return &runMetrics{
+	m := &runMetrics{
 		labels:      fmt.Sprintf(`role="%s",key="%d"`, escapeLabel(role), key),
 		transitions: map[lease.State]int{},
+		staleAfter:  time.Minute,
+		now:         time.Now,
 	}
+	m.lastActivity = m.now()
+	return m
+}
+
+// activity records a sign of life of the lease loop.
+func (m *runMetrics) activity() {
+	m.mu.Lock()
+	m.lastActivity = m.now()
+	m.mu.Unlock()
+}
+
+// serveHealth answers /healthz: 200 while the lease loop shows signs of
+// life (whatever its state, so that a database outage never gets the
+// process restarted), 503 once it has been silent for staleAfter or has
+// stopped.
+func (m *runMetrics) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	m.mu.Lock()
+	state, quiet, limit := m.state, m.now().Sub(m.lastActivity), m.staleAfter
+	m.mu.Unlock()
+	switch {
+	case state == lease.Stopped:
+		httpStatus(w, http.StatusServiceUnavailable, "stopped: leasectl run is exiting")
+	case quiet > limit:
+		httpStatus(w, http.StatusServiceUnavailable, fmt.Sprintf("stuck: the lease loop has shown no sign of life for %s (limit %s)", quiet.Round(time.Second), limit))
+	default:
+		httpStatus(w, http.StatusOK, fmt.Sprintf("ok: %s, last sign of life %s ago", stateName(state), quiet.Round(time.Millisecond)))
+	}
+}
+
+// serveReady answers /readyz: 200 while the lease is connected to a primary
+// that it may lead on, leading or standing by; 503 while it connects, is
+// refused (a standby, a transaction-mode pooler) or has stopped.
+func (m *runMetrics) serveReady(w http.ResponseWriter, _ *http.Request) {
+	m.mu.Lock()
+	state := m.state
+	m.mu.Unlock()
+	switch state {
+	case lease.Leading, lease.StandingBy:
+		httpStatus(w, http.StatusOK, "ready: "+string(state))
+	default:
+		httpStatus(w, http.StatusServiceUnavailable, "not ready: "+stateName(state)+" (ready once leading or standing by on a primary)")
+	}
+}
+
+func stateName(s lease.State) string {
+	if s == "" {
+		return "starting"
+	}
+	return string(s)
+}
+
+func httpStatus(w http.ResponseWriter, code int, body string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	fmt.Fprintln(w, body)
+}
+
+// activityHandler passes log records on to Handler and calls mark for each:
+// a log record of the lease loop is a sign of life.
+type activityHandler struct {
+	slog.Handler
+	mark func()
+}
+
+func (h *activityHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.mark()
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *activityHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &activityHandler{Handler: h.Handler.WithAttrs(attrs), mark: h.mark}
+}
+
+func (h *activityHandler) WithGroup(name string) slog.Handler {
+	return &activityHandler{Handler: h.Handler.WithGroup(name), mark: h.mark}
 }
 
 func escapeLabel(s string) string {
@@ -360,11 +463,14 @@ func (m *runMetrics) change(c lease.Change) {
 	defer m.mu.Unlock()
 	m.leading = c.To == lease.Leading
 	m.transitions[c.To]++
+	m.state = c.To
+	m.lastActivity = m.now()
 }
 
 func (m *runMetrics) heartbeat(at time.Time) {
 	m.mu.Lock()
 	m.lastBeat = at
+	m.lastActivity = m.now()
 	m.mu.Unlock()
 }
 
@@ -398,8 +504,8 @@ func (m *runMetrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	}
 }
 
-// serveMetrics serves m at http://addr/metrics until the returned function
-// is called.
+// serveMetrics serves m at http://addr/metrics, and the health checks at
+// /healthz and /readyz, until the returned function is called.
 func serveMetrics(addr string, m *runMetrics, logger *slog.Logger) (func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -407,6 +513,8 @@ func serveMetrics(addr string, m *runMetrics, logger *slog.Logger) (func(), erro
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m)
+	mux.HandleFunc("/healthz", m.serveHealth)
+	mux.HandleFunc("/readyz", m.serveReady)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	logger.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")

@@ -95,6 +95,25 @@ func (e *NoBaseError) Error() string {
 	return what + ", so there is no previous release to compare with: pass --base REF, or --allow-missing-base for the first release (in CI, fetch tags: actions/checkout with fetch-depth: 0)"
 }
 
+// ShallowError reports a shallow clone (actions/checkout fetches a single
+// commit by default) in which the base cannot be known: the previous
+// release's tag, or the commit a ref names, may lie outside the history that
+// was fetched, and tags fetched into the clone do not connect to HEAD. It is
+// never a missing base: --allow-missing-base does not excuse it.
+type ShallowError struct {
+	// Ref is the ref that was not found; empty when the base was to be the
+	// latest tag reachable from HEAD.
+	Ref string
+}
+
+func (e *ShallowError) Error() string {
+	what := "the latest tag reachable from HEAD (the previous release) cannot be known, since the tags and commits before the fetched ones are missing"
+	if e.Ref != "" {
+		what = fmt.Sprintf("git ref %q is not in the history that was fetched", e.Ref)
+	}
+	return "this repository is a shallow clone, so " + what + ": fetch the full history and tags (GitHub Actions: actions/checkout with fetch-depth: 0; elsewhere: git fetch --unshallow --tags), or pass --base-file PATH"
+}
+
 // IsMissingBase reports whether err means there is no base version at all:
 // no previous release, or the file is new since the base ref. A first
 // release may pass on that (`keys diff --allow-missing-base`); a mistyped ref
@@ -128,8 +147,16 @@ func RepoPath(ctx context.Context, file string) (string, error) {
 // that holds file: the previous release. When HEAD itself is tagged (a
 // release build), that tag is the release being checked, so the one before
 // it is returned.
+//
+// In a shallow clone the answer cannot be known, whether or not tags were
+// fetched into it, and LatestTag returns a [*ShallowError].
 func LatestTag(ctx context.Context, file string) (string, error) {
 	dir := filepath.Dir(file)
+	if shallow, err := isShallow(ctx, dir); err != nil {
+		return "", err
+	} else if shallow {
+		return "", &ShallowError{}
+	}
 	tag, err := describe(ctx, dir, "HEAD")
 	if err != nil {
 		return "", err
@@ -154,6 +181,32 @@ func LatestTag(ctx context.Context, file string) (string, error) {
 		return "", &NoBaseError{OnlyHead: true}
 	}
 	return prev, err
+}
+
+// isShallow reports whether the repository that holds dir is a shallow
+// clone. Git 2.15 and newer answer --is-shallow-repository; older ones echo
+// the unknown option, and then the shallow file in the git directory tells.
+func isShallow(ctx context.Context, dir string) (bool, error) {
+	out, err := git(ctx, dir, "rev-parse", "--is-shallow-repository")
+	if err != nil {
+		return false, err
+	}
+	switch strings.TrimSpace(string(out)) {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	out, err = git(ctx, dir, "rev-parse", "--git-path", "shallow")
+	if err != nil {
+		return false, err
+	}
+	p := strings.TrimSpace(string(out))
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(dir, p)
+	}
+	_, err = os.Stat(p)
+	return err == nil, nil
 }
 
 func describe(ctx context.Context, dir, rev string) (string, error) {
@@ -187,8 +240,11 @@ func resolve(ctx context.Context, dir, ref string) (string, error) {
 
 // LoadFromGit reads the version of the keys file at file's path as of ref
 // (the equivalent of `git show REF:path`, path relative to the repository
-// root) and decodes it. An empty ref means [LatestTag]. The file is decoded,
-// not linted: the base is history, and only its form must be readable.
+// root) and decodes it. An empty ref means [LatestTag]. In a shallow clone, a
+// ref that resolves is read as usual (a fetched commit has its whole tree);
+// one that does not is a [*ShallowError], as is an empty ref. The file is
+// decoded, not linted: the base is history, and only its form must be
+// readable.
 func LoadFromGit(ctx context.Context, file, ref string) (*File, GitSource, error) {
 	repoPath, err := RepoPath(ctx, file)
 	if err != nil {
@@ -202,6 +258,13 @@ func LoadFromGit(ctx context.Context, file, ref string) (*File, GitSource, error
 		}
 	}
 	if src.Commit, err = resolve(ctx, dir, src.Ref); err != nil {
+		var refErr *RefNotFoundError
+		if errors.As(err, &refErr) && ref != "" {
+			// A ref missing from a shallow clone may well exist upstream.
+			if shallow, shallowErr := isShallow(ctx, dir); shallowErr == nil && shallow {
+				err = &ShallowError{Ref: ref}
+			}
+		}
 		return nil, src, err
 	}
 	// One batch-check tells missing, directory and size apart before

@@ -155,3 +155,115 @@ func TestGitBaseIsDecodedNotLinted(t *testing.T) {
 		t.Errorf("a base that does not parse: %T %v", err, err)
 	}
 }
+
+// TestShallowCloneNeverPassesByAccident: in a shallow clone (actions/checkout's
+// default depth of 1) the previous release cannot be known, so keys diff
+// without --base refuses with the fix, and --allow-missing-base cannot turn
+// that into a pass. Tags fetched into the clone do not change that; the full
+// history does.
+func TestShallowCloneNeverPassesByAccident(t *testing.T) {
+	ctx := context.Background()
+	origin := release(t) // v1.0.0, then a change
+	wantShallow := func(t *testing.T, err error, ref string) {
+		t.Helper()
+		var sh *ShallowError
+		if !errors.As(err, &sh) || sh.Ref != ref || IsMissingBase(err) {
+			t.Fatalf("want a shallow-clone refusal for ref %q, got %T %v", ref, err, err)
+		}
+		for _, fix := range []string{"fetch-depth: 0", "git fetch --unshallow --tags"} {
+			if !strings.Contains(err.Error(), fix) {
+				t.Errorf("the error does not name the fix %q: %v", fix, err)
+			}
+		}
+	}
+
+	t.Run("depth 1", func(t *testing.T) {
+		c := gittest.Clone(t, origin, "--depth", "1")
+		if c.Git("rev-parse", "--is-shallow-repository") != "true" {
+			t.Fatal("the clone is not shallow")
+		}
+		file := c.Path("deploy/keys.yaml")
+		_, _, err := LoadFromGit(ctx, file, "")
+		wantShallow(t, err, "")
+		_, err = LatestTag(ctx, file)
+		wantShallow(t, err, "")
+		// A ref outside the fetched history, tag or relative.
+		_, _, err = LoadFromGit(ctx, file, "v1.0.0")
+		wantShallow(t, err, "v1.0.0")
+		_, _, err = LoadFromGit(ctx, file, "HEAD~1")
+		wantShallow(t, err, "HEAD~1")
+		// A ref inside it reads as usual.
+		if f, _, err := LoadFromGit(ctx, file, "HEAD"); err != nil || len(f.Roles) != 3 {
+			t.Errorf("--base HEAD in a shallow clone: %v", err)
+		}
+	})
+
+	t.Run("a tag fetched into the shallow clone", func(t *testing.T) {
+		c := gittest.Clone(t, origin, "--depth", "1")
+		c.Git("fetch", "-q", "--depth", "1", "origin", "tag", "v1.0.0")
+		if c.Git("tag") != "v1.0.0" || c.Git("rev-parse", "--is-shallow-repository") != "true" {
+			t.Fatal("want a shallow clone holding tag v1.0.0")
+		}
+		file := c.Path("deploy/keys.yaml")
+		_, _, err := LoadFromGit(ctx, file, "")
+		wantShallow(t, err, "")
+		// Named explicitly, the fetched tag is a knowable base.
+		f, src, err := LoadFromGit(ctx, file, "v1.0.0")
+		if err != nil || len(f.Roles) != 2 || src.Commit != origin.Git("rev-parse", "v1.0.0") {
+			t.Errorf("--base v1.0.0 fetched into a shallow clone: %v, %+v", err, src)
+		}
+	})
+
+	t.Run("a release build: a shallow clone of a tagged HEAD", func(t *testing.T) {
+		origin := release(t)
+		origin.Tag("v1.1.0")
+		c := gittest.Clone(t, origin, "--depth", "1", "--branch", "v1.1.0")
+		_, _, err := LoadFromGit(ctx, c.Path("deploy/keys.yaml"), "")
+		wantShallow(t, err, "")
+	})
+
+	t.Run("a shallow clone deep enough to hold the tag", func(t *testing.T) {
+		origin := gittest.New(t)
+		origin.Write("deploy/keys.yaml", v1Keys)
+		origin.Commit("before the release")
+		origin.Commit("keys v1")
+		origin.Tag("v1.0.0")
+		origin.Write("deploy/keys.yaml", v2Keys)
+		origin.Commit("add reconciler")
+		c := gittest.Clone(t, origin, "--depth", "2")
+		if c.Git("rev-parse", "--is-shallow-repository") != "true" || c.Git("tag") != "v1.0.0" {
+			t.Fatal("want a shallow clone that holds tag v1.0.0")
+		}
+		// Even with a tag at hand, a later one may not have been fetched
+		// (actions/checkout fetches no tags at any depth but 0).
+		_, _, err := LoadFromGit(ctx, c.Path("deploy/keys.yaml"), "")
+		wantShallow(t, err, "")
+	})
+
+	t.Run("unshallowed", func(t *testing.T) {
+		c := gittest.Clone(t, origin, "--depth", "1")
+		c.Git("fetch", "-q", "--unshallow", "--tags")
+		f, src, err := LoadFromGit(ctx, c.Path("deploy/keys.yaml"), "")
+		if err != nil || src.Ref != "v1.0.0" || len(f.Roles) != 2 {
+			t.Errorf("after git fetch --unshallow --tags: %v, %+v", err, src)
+		}
+	})
+
+	t.Run("shallow without any tag upstream", func(t *testing.T) {
+		first := gittest.New(t)
+		first.Write("keys.yaml", v1Keys)
+		first.Commit("first")
+		first.Write("keys.yaml", v2Keys)
+		first.Commit("second")
+		c := gittest.Clone(t, first, "--depth", "1")
+		// Upstream has no tag, but a shallow clone cannot tell: refuse.
+		_, _, err := LoadFromGit(ctx, c.Path("keys.yaml"), "")
+		wantShallow(t, err, "")
+		// The full history can, and then it is a missing base.
+		_, _, err = LoadFromGit(ctx, first.Path("keys.yaml"), "")
+		var noBase *NoBaseError
+		if !errors.As(err, &noBase) || !IsMissingBase(err) {
+			t.Errorf("a full history without tags: %T %v", err, err)
+		}
+	})
+}

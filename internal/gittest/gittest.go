@@ -71,3 +71,13 @@ func (r *Repo) Tag(name string) {
 	r.t.Helper()
 	r.Git("tag", name)
 }
+
+// Clone clones r into a new temporary directory with git clone's extra args
+// (e.g. "--depth", "1") and returns the clone. It clones through a file://
+// URL, since git ignores --depth for a plain local path.
+func Clone(t testing.TB, r *Repo, args ...string) *Repo {
+	t.Helper()
+	c := &Repo{t: t, Dir: t.TempDir()}
+	c.Git(append(append([]string{"clone", "-q"}, args...), "file://"+r.Dir, c.Dir)...)
+	return c
+}
