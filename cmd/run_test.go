@@ -505,8 +505,8 @@ func TestRunReplicasNeverRunTwoPrograms(t *testing.T) {
 			t.Errorf("program %d still runs", pid)
 		}
 	}
-	if !leasetest.KeyFree(t, testLab.DirectDSN(), 9200006) {
-		t.Error("key still held after every replica exited")
+	if !leasetest.KeyFreed(t, testLab.DirectDSN(), 9200006, 10*time.Second) {
+		t.Error("key still held 10 s after every replica exited")
 	}
 }
 

@@ -24,6 +24,10 @@ need_packages() {
   # psycopg2) and etcd 3.4.
   command -v patroni >/dev/null 2>&1 || missing+=(patroni)
   command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+  # The release tests (internal/release): promtool checks the alerting
+  # rules; curl is the GitHub Action's downloader.
+  command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+  command -v curl >/dev/null 2>&1 || missing+=(curl)
   echo "${missing[@]}"
 }
 
@@ -41,6 +45,10 @@ ensure_deps() {
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null
   fi
+  # goreleaser, pinned, for internal/release's release test (go install
+  # once; offline afterwards).
+  command -v goreleaser >/dev/null 2>&1 || [ -x "$(go env GOPATH)/bin/goreleaser" ] ||
+    go install github.com/goreleaser/goreleaser/v2@v2.15.1
   # Debian's packages may start their own cluster and pooler on 5432/6432;
   # leasectl's lab uses its own free ports, so they do not get in the way.
 }

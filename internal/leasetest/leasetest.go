@@ -175,6 +175,26 @@ func KeyFree(tb testing.TB, dsn string, key int64) bool {
 	return ok
 }
 
+// KeyFreed waits until key is free, for at most limit, and reports whether
+// it was. A stand-by that exits closes its connection without a cancel
+// request, and its backend, still waiting in the lock queue until the
+// server notices the closed socket (client_connection_check_interval, 1 s
+// for lease sessions), may be granted the key in that moment and then
+// release it: "free after every replica exited" needs that second.
+func KeyFreed(tb testing.TB, dsn string, key int64, limit time.Duration) bool {
+	tb.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		if KeyFree(tb, dsn, key) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // Buffer is a goroutine-safe buffer for a process's output that tests can
 // wait on.
 type Buffer struct {
