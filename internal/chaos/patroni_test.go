@@ -185,11 +185,6 @@ func patroniFaults(t *testing.T, f *fleet, res *result, form kind, switchovers, 
 			t.Fatalf("%s %d: no write was seen on the new primary %s", fault, i+1, ch.To)
 		}
 		lags = append(lags, first.At.Sub(writable))
-		if os.Getenv("CHAOS_DEBUG") != "" && false {
-			for _, r := range f.live {
-				t.Logf("DEBUG %s %s writable at %s:\n%s", fault, r.name, writable.Format("15:04:05.000"), r.log)
-			}
-		}
 		res.takeovers = append(res.takeovers, first.At.Sub(t0))
 		each = append(each, fmt.Sprintf("%s %s→%s: writable after %s, the next program started %s after that", fault, ch.From, ch.To, fmtDur(writable.Sub(t0)), fmtDur(first.At.Sub(writable))))
 		leader := f.of(next)
