@@ -58,6 +58,9 @@ type runner struct {
 	// notes are the notifications the lease session received: requests
 	// to step down.
 	notes chan *pgconn.Notification
+	// primary is the host a search last found to be the primary, tried
+	// first by the next connections; empty before any search.
+	primary hostPort
 }
 
 // sessions are one connection attempt's two server sessions: the lease
@@ -281,11 +284,11 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 	fenceCh, probeCh := make(chan opened, 1), make(chan error, 1)
 	go func() {
 		var o opened
-		o.conn, o.info, o.err = r.open(ctx, r.fenceCfg)
+		o.conn, o.info, o.err = r.open(ctx, preferHost(r.fenceCfg, r.primary))
 		fenceCh <- o
 	}()
-	go func() { probeCh <- r.cfg.Preflight(ctx, r.cfg.ConnConfig) }()
-	s.main, s.info, err = r.open(ctx, r.mainCfg)
+	go func() { probeCh <- r.cfg.Preflight(ctx, preferHost(r.cfg.ConnConfig, r.primary)) }()
+	s.main, s.info, err = r.open(ctx, preferHost(r.mainCfg, r.primary))
 	fence := <-fenceCh
 	s.fenceConn, s.fenceInfo = fence.conn, fence.info
 	probeErr := <-probeCh

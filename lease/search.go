@@ -29,8 +29,9 @@ const (
 )
 
 // search waits until it is worth connecting again: with several hosts,
-// until one of them is a primary (or until); with one host, pollInterval.
-// It reports false when ctx ended.
+// until one of them is a primary (or until), which the next connections
+// then try first; with one host, pollInterval. It reports false when ctx
+// ended.
 //
 // The cost while there is no primary, for a fleet of N replicas of a role
 // and a DSN of H hosts: N × H idle connections, each running one trivial
@@ -53,7 +54,10 @@ func (r *runner) search(ctx context.Context, until time.Time) bool {
 		go func() {
 			defer wg.Done()
 			if watchHost(wctx, cfg, r.cfg.HeartbeatTimeout) {
-				once.Do(func() { close(found) })
+				once.Do(func() {
+					r.primary = hostPort{cfg.Host, cfg.Port}
+					close(found)
+				})
 			}
 		}()
 	}
@@ -111,14 +115,46 @@ func pollRecovery(ctx context.Context, conn *pgx.Conn, timeout time.Duration) bo
 	}
 }
 
+// hostPort names one host of a DSN.
+type hostPort struct {
+	host string
+	port uint16
+}
+
+// preferHost returns cfg with the attempts at host p moved ahead of the
+// others, keeping their order otherwise; cfg itself when p is not one of
+// its hosts or is first already. A connection with
+// target_session_attrs=primary then reaches the primary a search found
+// without first connecting to, and being turned away by, a standby listed
+// before it: with four connections to open per replica, that halves the
+// work of a fleet reconnecting at once.
+func preferHost(cfg *pgx.ConnConfig, p hostPort) *pgx.ConnConfig {
+	if p.host == "" || len(cfg.Fallbacks) == 0 || (cfg.Host == p.host && cfg.Port == p.port) {
+		return cfg
+	}
+	all := append([]*pgconn.FallbackConfig{{Host: cfg.Host, Port: cfg.Port, TLSConfig: cfg.TLSConfig}}, cfg.Fallbacks...)
+	var first, rest []*pgconn.FallbackConfig
+	for _, fb := range all {
+		if fb.Host == p.host && fb.Port == p.port {
+			first = append(first, fb)
+		} else {
+			rest = append(rest, fb)
+		}
+	}
+	if len(first) == 0 {
+		return cfg
+	}
+	out := cfg.Copy()
+	order := append(first, rest...)
+	out.Host, out.Port, out.TLSConfig = order[0].Host, order[0].Port, order[0].TLSConfig
+	out.Fallbacks = order[1:]
+	return out
+}
+
 // hostConfigs returns a config per distinct host of cfg that connects to
 // that host alone, whether it is a primary or a standby (no
 // target_session_attrs), keeping the TLS fallbacks pgx made for it.
 func hostConfigs(cfg *pgx.ConnConfig) []*pgx.ConnConfig {
-	type hostPort struct {
-		host string
-		port uint16
-	}
 	all := []*pgconn.FallbackConfig{{Host: cfg.Host, Port: cfg.Port, TLSConfig: cfg.TLSConfig}}
 	all = append(all, cfg.Fallbacks...)
 	var order []hostPort

@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/leasectl/leasectl/dbconn"
@@ -37,5 +39,35 @@ func TestHostConfigs(t *testing.T) {
 	single, _ := dbconn.Parse("postgres://u@a:5432/db?sslmode=disable", 0)
 	if n := len(hostConfigs(single)); n != 1 {
 		t.Errorf("one host: %d configs", n)
+	}
+}
+
+// TestPreferHost: after a search found the primary, connections try its
+// attempts (TLS, then plain text) first and the other hosts after, and
+// still validate that they reached a primary.
+func TestPreferHost(t *testing.T) {
+	cfg, err := dbconn.Parse("postgres://u@a:5432,b:5433,c:5434/db?target_session_attrs=primary", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := preferHost(cfg, hostPort{"b", 5433})
+	order := []string{fmt.Sprintf("%s:%d", got.Host, got.Port)}
+	for _, fb := range got.Fallbacks {
+		order = append(order, fmt.Sprintf("%s:%d", fb.Host, fb.Port))
+	}
+	want := []string{"b:5433", "b:5433", "a:5432", "a:5432", "c:5434", "c:5434"}
+	if !slices.Equal(order, want) {
+		t.Errorf("attempts %v, want %v", order, want)
+	}
+	if got.ValidateConnect == nil || got.TLSConfig == nil || got.Fallbacks[0].TLSConfig != nil {
+		t.Errorf("lost target_session_attrs or the TLS attempt first: validate %v, tls %v, then %v", got.ValidateConnect != nil, got.TLSConfig != nil, got.Fallbacks[0].TLSConfig)
+	}
+	if cfg.Host != "a" {
+		t.Errorf("preferHost changed its argument: first host %s", cfg.Host)
+	}
+	for _, p := range []hostPort{{}, {"a", 5432}, {"z", 1}} {
+		if preferHost(cfg, p) != cfg {
+			t.Errorf("%v: want the config unchanged", p)
+		}
 	}
 }

@@ -48,75 +48,6 @@ func stopPatroniLab() error {
 	return haLabRef.Stop(context.Background())
 }
 
-// writableWatch connects to every node and tries a write (it asks for a
-// transaction id, which a standby refuses) every 5 ms: the moment a node
-// accepts writes, to within 5 ms, without waiting for Patroni's own view.
-type writableWatch struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	mu     sync.Mutex
-	first  map[int]time.Time // node port → first accepted write
-}
-
-func watchWritable(l *lab.Lab) *writableWatch {
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &writableWatch{cancel: cancel, done: make(chan struct{}), first: map[int]time.Time{}}
-	var wg sync.WaitGroup
-	for _, n := range l.HA.Nodes {
-		port := n.Port
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var conn *pgx.Conn
-			defer func() {
-				if conn != nil {
-					conn.Close(context.Background())
-				}
-			}()
-			for ctx.Err() == nil {
-				if conn == nil || conn.IsClosed() {
-					cfg, err := dbconn.Parse(l.DSN(port, l.User, "postgres"), time.Second)
-					if err == nil {
-						conn, _ = dbconn.Connect(ctx, cfg)
-					}
-				}
-				if conn != nil && !conn.IsClosed() {
-					qctx, qcancel := context.WithTimeout(ctx, time.Second)
-					var xid string
-					err := conn.QueryRow(qctx, "SELECT pg_current_xact_id()::text").Scan(&xid)
-					qcancel()
-					if err == nil {
-						w.mu.Lock()
-						if _, ok := w.first[port]; !ok {
-							w.first[port] = time.Now()
-						}
-						w.mu.Unlock()
-					}
-				}
-				select {
-				case <-ctx.Done():
-				case <-time.After(5 * time.Millisecond):
-				}
-			}
-		}()
-	}
-	go func() { wg.Wait(); close(w.done) }()
-	return w
-}
-
-// writableAt is when the node on port first accepted a write.
-func (w *writableWatch) writableAt(port int) (time.Time, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	at, ok := w.first[port]
-	return at, ok
-}
-
-func (w *writableWatch) stop() {
-	w.cancel()
-	<-w.done
-}
-
 // patroniFaults runs three replicas over dsn (the multi-host DSN, or
 // HAProxy's primary port) and one over HAProxy's replicas port, which must
 // never lead, through switchovers and node deaths of the Patroni lab, with
@@ -152,7 +83,7 @@ func patroniFaults(t *testing.T, f *fleet, res *result, form kind, switchovers, 
 		}
 	}
 	for i, fault := range faults {
-		w := watchWritable(l)
+		w := l.WatchWrites(5 * time.Millisecond)
 		from := h.mark()
 		t0 := time.Now()
 		var ch *lab.HAChange
@@ -163,7 +94,7 @@ func patroniFaults(t *testing.T, f *fleet, res *result, form kind, switchovers, 
 			ch, err = l.KillPrimary(ctx)
 		}
 		if err != nil {
-			w.stop()
+			w.Stop()
 			t.Fatalf("%s %d: %v", fault, i+1, err)
 		}
 		res.faults++
@@ -178,9 +109,9 @@ func patroniFaults(t *testing.T, f *fleet, res *result, form kind, switchovers, 
 			checkHolder(t, pgtestConn(t, l.DSN(l.HANode(ch.To).Port, l.User, "postgres")), "the new primary "+ch.To, first.BackendPID)
 			next = h.await(t, from, hang, fmt.Sprintf("a leader over the %s DSN after %s %d", form, fault, i+1), f.isStartOf(form))
 		}
-		w.stop()
+		w.Stop()
 		primary := l.HANode(ch.To)
-		writable, ok := w.writableAt(primary.Port)
+		writable, ok := w.WritableAt(primary.Port)
 		if !ok {
 			t.Fatalf("%s %d: no write was seen on the new primary %s", fault, i+1, ch.To)
 		}

@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command takeover measures how fast `leasectl run` hands a role over, on a
 // lab of its own:
 //
@@ -20,18 +22,14 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -111,12 +109,18 @@ func bench(kills, stepdowns, baselines, replicas int) error {
 	if err := os.WriteFile(keysFile, fmt.Appendf(nil, "roles:\n  bench: %d\n", roleKey), 0o600); err != nil {
 		return err
 	}
-	events, err := listenFIFO(filepath.Join(dir, "events"))
+	events, err := benchutil.ListenFIFO(filepath.Join(dir, "events"))
 	if err != nil {
 		return err
 	}
-	s := &setup{lab: l, leasectl: leasectl, keys: keysFile, events: events, byPID: map[int]*replica{}}
-	defer s.stopAll()
+	s := &setup{lab: l, leasectl: leasectl, keys: keysFile, events: events, byPID: map[int]*benchutil.Replica{}}
+	defer func() {
+		var rs []*benchutil.Replica
+		for _, r := range s.byPID {
+			rs = append(rs, r)
+		}
+		benchutil.StopReplicas(rs)
+	}()
 
 	fmt.Fprintf(os.Stderr, "baseline: %d raw handoffs …\n", baselines)
 	base, err := s.baseline(baselines)
@@ -158,134 +162,23 @@ func bench(kills, stepdowns, baselines, replicas int) error {
 type setup struct {
 	lab            *lab.Lab
 	leasectl, keys string
-	events         *fifo
+	events         *benchutil.FIFO
 	pending        []leasetest.Event // received, not yet asked for
-	byPID          map[int]*replica
+	byPID          map[int]*benchutil.Replica
 	// The parts of each takeover, from the new leader's log: kill → it holds
 	// the key; → it has started the program (fork, exec); → the program's
 	// first report (its runtime's start).
 	toKey, toStart, toReport []time.Duration
 }
 
-// replica is one leasectl run process.
-type replica struct {
-	cmd    *exec.Cmd
-	mu     sync.Mutex
-	states []string
-	// leadingAt and startedAt are the log times of the last "leading" and
-	// "program started" lines.
-	leadingAt, startedAt time.Time
-	// tail is the last lines of its log, for a failure report.
-	tail   []string
-	seen   chan struct{} // a line was logged (capacity 1: a wake-up, not a count)
-	exited chan struct{}
-}
-
-func (s *setup) start() (*replica, error) {
-	cmd := exec.Command(s.leasectl, "run", "--role", "bench", "--log-format", "json", "--", "sh", "-c", childScript, s.events.path)
-	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+s.lab.DirectDSN(), "LEASECTL_KEYS="+s.keys)
-	r := &replica{cmd: cmd, seen: make(chan struct{}, 1), exited: make(chan struct{})}
-	stderr, w := io.Pipe()
-	cmd.Stderr = w
-	cmd.WaitDelay = time.Second // do not wait for the stderr copy once leasectl is gone
-	if err := cmd.Start(); err != nil {
+// start runs another replica of leasectl run on the lab's primary.
+func (s *setup) start() (*benchutil.Replica, error) {
+	r, err := benchutil.StartReplica(s.leasectl, "bench", s.events, "LEASECTL_DSN="+s.lab.DirectDSN(), "LEASECTL_KEYS="+s.keys)
+	if err != nil {
 		return nil, err
 	}
-	go func() {
-		_ = cmd.Wait()
-		w.Close()
-		close(r.exited)
-	}()
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var line struct {
-				Time  time.Time
-				Msg   string
-				State string
-			}
-			r.mu.Lock()
-			r.tail = append(r.tail, sc.Text())
-			if len(r.tail) > 8 {
-				r.tail = r.tail[1:]
-			}
-			r.mu.Unlock()
-			if json.Unmarshal(sc.Bytes(), &line) != nil {
-				continue
-			}
-			r.mu.Lock()
-			if line.Msg == "program started" {
-				r.startedAt = line.Time
-			}
-			if line.State == "leading" {
-				r.leadingAt = line.Time
-			}
-			if line.State != "" {
-				r.states = append(r.states, line.State)
-			}
-			r.mu.Unlock()
-			select { // never block: leasectl must not stall on a full stderr pipe
-			case r.seen <- struct{}{}:
-			default:
-			}
-		}
-		_, _ = io.Copy(io.Discard, stderr)
-	}()
-	s.byPID[cmd.Process.Pid] = r
+	s.byPID[r.PID()] = r
 	return r, nil
-}
-
-// standingBy waits until r's last logged state is standing_by, and then a
-// little longer for its lock request to reach the server.
-func (r *replica) standingBy() error {
-	deadline := time.After(time.Minute)
-	for {
-		r.mu.Lock()
-		ok := len(r.states) > 0 && r.states[len(r.states)-1] == "standing_by"
-		r.mu.Unlock()
-		if ok {
-			time.Sleep(settle)
-			return nil
-		}
-		select {
-		case <-r.seen:
-		case <-deadline:
-			return fmt.Errorf("replica %d is not standing by after a minute (states %v)", r.cmd.Process.Pid, r.states)
-		}
-	}
-}
-
-// loggedStart returns the log times of r's "leading" and "program started"
-// lines after t0, waiting a little for them: the program's own line can
-// arrive first.
-func (r *replica) loggedStart(t0 time.Time) (leading, started time.Time) {
-	deadline := time.After(time.Second)
-	for {
-		r.mu.Lock()
-		leading, started = r.leadingAt, r.startedAt
-		r.mu.Unlock()
-		if started.After(t0) && leading.After(t0) {
-			return leading, started
-		}
-		select {
-		case <-r.seen:
-		case <-deadline:
-			return time.Time{}, time.Time{}
-		}
-	}
-}
-
-func (s *setup) stopAll() {
-	for _, r := range s.byPID {
-		_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	for _, r := range s.byPID {
-		select {
-		case <-r.exited:
-		case <-time.After(15 * time.Second):
-			_ = r.cmd.Process.Kill()
-		}
-	}
 }
 
 // next returns the oldest event of kind from the programs, keeping the
@@ -301,7 +194,7 @@ func (s *setup) next(kind string) (leasetest.Event, error) {
 	deadline := time.After(time.Minute)
 	for {
 		select {
-		case ev := <-s.events.events:
+		case ev := <-s.events.Events:
 			if ev.Kind == kind {
 				return ev, nil
 			}
@@ -309,68 +202,17 @@ func (s *setup) next(kind string) (leasetest.Event, error) {
 		case <-deadline:
 			var b strings.Builder
 			for pid, r := range s.byPID {
-				r.mu.Lock()
-				fmt.Fprintf(&b, "\nreplica %d:\n  %s", pid, strings.Join(r.tail, "\n  "))
-				r.mu.Unlock()
+				fmt.Fprintf(&b, "\nreplica %d:\n  %s", pid, r.Tail())
 			}
 			return leasetest.Event{}, fmt.Errorf("no %s event within a minute%s", kind, b.String())
 		}
 	}
 }
 
-// childScript is the program under the lease: it reports its start and
-// SIGTERM as lines on the FIFO named by $0. Its short sleeps hold none of
-// the inherited descriptors: the lease socket (3) and the stop fence
-// socket (4) would keep the key and the fence held after a SIGKILL of
-// leasectl, which Pdeathsig does not pass on to them, until they end.
-const childScript = `trap 'echo "term $$" > "$0"; exit 0' TERM INT
-echo "start $$ $PPID $LEASECTL_BACKEND_PID" > "$0"
-while :; do sleep 1 </dev/null >/dev/null 2>&1 3>&- 4>&- & wait $!; done`
-
-// fifo collects the lines the programs write to a named pipe.
-type fifo struct {
-	path   string
-	events chan leasetest.Event
-}
-
-func listenFIFO(path string) (*fifo, error) {
-	if err := syscall.Mkfifo(path, 0o600); err != nil {
-		return nil, err
-	}
-	// Read-write, so that writers never block or see a closed pipe and the
-	// reader never sees EOF between writers.
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return nil, err
-	}
-	q := &fifo{path: path, events: make(chan leasetest.Event, 1024)}
-	go func() {
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			at := time.Now()
-			f := strings.Fields(sc.Text())
-			ev := leasetest.Event{At: at}
-			switch {
-			case len(f) == 4 && f[0] == "start":
-				ev.Kind, ev.BackendPID = leasetest.Start, f[3]
-				ev.PID, _ = strconv.Atoi(f[1])
-				ev.PPID, _ = strconv.Atoi(f[2])
-			case len(f) == 2 && f[0] == "term":
-				ev.Kind = leasetest.Term
-				ev.PID, _ = strconv.Atoi(f[1])
-			default:
-				continue
-			}
-			q.events <- ev
-		}
-	}()
-	return q, nil
-}
-
 func (s *setup) othersStandingBy(leader int) error {
 	for pid, r := range s.byPID {
 		if pid != leader {
-			if err := r.standingBy(); err != nil {
+			if err := r.StandingBy(time.Minute, settle); err != nil {
 				return err
 			}
 		}
@@ -396,21 +238,21 @@ func (s *setup) takeovers(n, replicas int) ([]time.Duration, leasetest.Event, er
 		}
 		r := s.byPID[leader.PPID]
 		t0 := time.Now()
-		_ = r.cmd.Process.Kill()
+		_ = r.Cmd.Process.Kill()
 		next, err := s.next(leasetest.Start)
 		if err != nil {
 			return nil, leader, err
 		}
 		out = append(out, next.At.Sub(t0))
 		if nr := s.byPID[next.PPID]; nr != nil {
-			leading, started := nr.loggedStart(t0)
+			leading, started := nr.LoggedStart(t0)
 			if !started.IsZero() {
 				s.toKey = append(s.toKey, leading.Sub(t0))
 				s.toStart = append(s.toStart, started.Sub(leading))
 				s.toReport = append(s.toReport, next.At.Sub(started))
 			}
 		}
-		<-r.exited
+		<-r.Exited
 		delete(s.byPID, leader.PPID)
 		leader = next
 		if _, err := s.start(); err != nil {
