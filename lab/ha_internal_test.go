@@ -86,7 +86,7 @@ func TestHARouterConf(t *testing.T) {
 		"listen primary\n    bind 127.0.0.1:5000\n", "option httpchk OPTIONS /primary\n",
 		"listen replicas\n    bind 127.0.0.1:5001\n", "option httpchk OPTIONS /replica\n",
 		"http-check expect status 200\n", "timeout check 1000ms\n",
-		"default-server inter 300ms fastinter 150ms downinter 300ms fall 2 rise 1 on-marked-down shutdown-sessions\n",
+		"default-server inter 300ms fastinter 150ms downinter 60ms fall 2 rise 1 on-marked-down shutdown-sessions\n",
 		"server node1 127.0.0.1:5432 check port 8008\n", "server node2 127.0.0.1:5433 check port 8009\n",
 		"stats socket /run/lab/haproxy-ha/stats.sock mode 600 level user\n",
 	} {
@@ -94,7 +94,7 @@ func TestHARouterConf(t *testing.T) {
 			t.Errorf("haproxy.cfg lacks %q:\n%s", strings.TrimSpace(want), conf)
 		}
 	}
-	if l.HA.Router.Checks != "inter 300ms fastinter 150ms downinter 300ms fall 2 rise 1 on-marked-down shutdown-sessions" || l.HA.Router.CheckTimeout != "1000ms" {
+	if l.HA.Router.Checks != "inter 300ms fastinter 150ms downinter 60ms fall 2 rise 1 on-marked-down shutdown-sessions" || l.HA.Router.CheckTimeout != "1000ms" {
 		t.Errorf("check settings not recorded: %q, %q", l.HA.Router.Checks, l.HA.Router.CheckTimeout)
 	}
 }

@@ -211,17 +211,21 @@ func checkPatroniProbe(t *testing.T, h *harness, l *lab.Lab) {
 	}
 }
 
-// lagSummary renders the lags of every Patroni scenario against the goal.
+// lagSummary renders the lags of each Patroni scenario. The goal (median
+// ≤ 100 ms, max ≤ 500 ms) is leasectl's: over HAProxy's primary port the
+// lag also holds HAProxy's own delay in routing to the new primary, which
+// no client can beat (internal/bench/ha measures both against a client
+// polling every 5 ms).
 func lagSummary(results []*result) string {
-	var all []time.Duration
+	var b strings.Builder
 	for _, r := range results {
-		all = append(all, r.lags...)
+		if len(r.lags) == 0 {
+			continue
+		}
+		s := benchutil.Summarize(r.lags)
+		fmt.Fprintf(&b, "%s: lag from the new primary accepting writes to the next program's start, %d faults: median %s, max %s\n", r.name, len(r.lags), fmtDur(s.Median), fmtDur(s.Max))
 	}
-	if len(all) == 0 {
-		return ""
-	}
-	s := benchutil.Summarize(all)
-	return fmt.Sprintf("Patroni: lag from the new primary accepting writes to the next program's start, %d faults: median %s, max %s (goal: median ≤ 100 ms, max ≤ 500 ms)", len(all), fmtDur(s.Median), fmtDur(s.Max))
+	return b.String()
 }
 
 // isStartOf matches a program start by a replica of kind k.
