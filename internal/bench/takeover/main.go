@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command takeover measures how fast `leasectl run` hands a role over, on a
 // lab of its own:
 //
@@ -13,6 +15,9 @@
 // The program is a few lines of sh reporting over a FIFO, so that the
 // figures are leasectl's and not the start-up of a heavier child (a Go
 // binary takes several milliseconds more to reach its first line).
+//
+// Like `leasectl run`, it needs Unix (a FIFO, sh, signals); on Windows it is
+// not built.
 //
 // Run it with: go run ./internal/bench/takeover [-kills 60] [-stepdowns 30]
 package main
