@@ -19,6 +19,10 @@ import (
 // Without lsof only the command lines count.
 func ProcessesUsing(dir string) []int {
 	self := os.Getpid()
+	dirs := []string{dir}
+	if real, err := filepath.EvalSymlinks(dir); err == nil && real != dir {
+		dirs = append(dirs, real)
+	}
 	found := map[int]bool{}
 	if kps, err := unix.SysctlKinfoProcSlice("kern.proc.all"); err == nil {
 		for _, kp := range kps {
@@ -26,14 +30,17 @@ func ProcessesUsing(dir string) []int {
 			if pid <= 0 || pid == self {
 				continue
 			}
-			if buf, err := unix.SysctlRaw("kern.procargs2", pid); err == nil && argsMention(procArgs(buf), dir) {
-				found[pid] = true
+			buf, err := unix.SysctlRaw("kern.procargs2", pid)
+			if err != nil {
+				continue // gone, or another user's
+			}
+			args := procArgs(buf)
+			for _, d := range dirs {
+				if argsMention(args, d) {
+					found[pid] = true
+				}
 			}
 		}
-	}
-	dirs := []string{dir}
-	if real, err := filepath.EvalSymlinks(dir); err == nil && real != dir {
-		dirs = append(dirs, real)
 	}
 	out, _ := exec.Command("/usr/sbin/lsof", "-w", "-n", "-P", "-d", "cwd", "-F", "pn").Output()
 	for pid, cwd := range parseLsofCwd(out) {
