@@ -30,13 +30,13 @@ release-check: goreleaser
 	$(GORELEASER) check
 
 # A snapshot of the release for this machine's platform, into dist/, with
-# the release's build flags and ldflags; offline. (All six targets once
-# darwin and windows build: see `make cross`.)
+# the release's build flags and ldflags; offline. `goreleaser build
+# --snapshot --clean` without --single-target builds all six targets.
 release-snapshot: release-check
 	$(GORELEASER) build --snapshot --clean --single-target
 	./dist/leasectl_*/leasectl version
 
-# Build the binary for every release target; fails for darwin and windows
-# until lease/ and lab/ build there.
+# Build the binary and vet every package for each release target (linux,
+# darwin, windows on amd64 and arm64); scripts/test.sh runs it too.
 cross:
 	./scripts/cross.sh

@@ -93,7 +93,8 @@ func ExitCode(err error) int {
 		return ExitUsage
 	case errors.As(err, &usage), errors.As(err, &input), errors.As(err, &dsnErr),
 		errors.As(err, &keysInvalid), errors.As(err, &keysMissing), errors.As(err, &running),
-		errors.Is(err, lab.ErrNoLab):
+		errors.Is(err, lab.ErrNoLab), errors.Is(err, lab.ErrUnsupported):
+		// ErrUnsupported: the lab on Windows, refused as leasectl run is
 		return ExitUsage
 	case errors.As(err, &gitErr), errors.As(err, &notRepo), errors.As(err, &refMissing),
 		errors.As(err, &notAtRef), errors.As(err, &noBase), errors.As(err, &shallow):

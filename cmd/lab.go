@@ -29,10 +29,12 @@ func newLabCmd(app *App) *cobra.Command {
 		Use:   "lab",
 		Short: "Start and stop a throwaway local PostgreSQL + PgBouncer",
 		Long: `A lab is a throwaway PostgreSQL cluster with PgBouncer in front of it, started
-from this machine's own binaries (Debian: apt-get install postgresql pgbouncer)
-on free loopback ports: the primary (TCP and unix socket), PgBouncer in
-transaction mode (where session locks are unsafe) and in session mode (safe).
-It is for trying leasectl out and for its test suite.
+from this machine's own binaries (Debian: apt-get install postgresql pgbouncer;
+macOS: brew install postgresql@15 pgbouncer) on free loopback ports: the
+primary (TCP and unix socket), PgBouncer in transaction mode (where session
+locks are unsafe) and in session mode (safe). It is for trying leasectl out
+and for its test suite. It runs on Linux and macOS; on Windows it refuses
+(exit 2), and the other commands work against any server.
 
 With --ha the lab is a high-availability cluster instead (Debian: apt-get
 install patroni etcd-server haproxy): one etcd member, two PostgreSQL nodes
@@ -41,9 +43,10 @@ HAProxy routing a "primary" and a "replicas" port by Patroni's health checks.
 "lab switchover", "lab kill-primary" and "lab revive" then change the primary
 the way an operator, or a dead machine, would.
 
-When run as root the servers run as the "postgres" OS user, since they refuse
-to run as root. DSNs carry no password: it is in a pgpass file that each DSN
-names with passfile=.`,
+The servers refuse to run as root: on Linux, when run as root, the lab runs
+them as the "postgres" OS user; on macOS it refuses root, and runs them as the
+user who starts it. DSNs carry no password: it is in a pgpass file that each
+DSN names with passfile=.`,
 		Example: `  leasectl lab up
   eval "$(leasectl lab env)"
   leasectl probe "$LEASECTL_LAB_TX_DSN"
@@ -122,6 +125,9 @@ func parsePoolerFlags(specs []string) ([]lab.PoolerSpec, error) {
 
 func runLabUp(ctx context.Context, opts *labOptions) error {
 	app := opts.app
+	if err := lab.Support(); err != nil {
+		return &InputError{Err: fmt.Errorf("leasectl lab: %w", err)} // before --dir is made
+	}
 	poolers, err := parsePoolerFlags(opts.Poolers)
 	if err != nil {
 		return err

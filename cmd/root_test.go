@@ -2,10 +2,13 @@ package cmd
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leasectl/leasectl/lab"
 )
 
 func TestUsageErrorsExit2WithUsage(t *testing.T) {
@@ -43,6 +46,18 @@ func TestNonUsageErrorsShowNoUsage(t *testing.T) {
 	}
 	if !strings.Contains(res.Stderr, "leasectl lab up") {
 		t.Errorf("the error does not say what to do: %s", res.Stderr)
+	}
+}
+
+// TestLabRefusalExits2: where the lab cannot run (Windows, see
+// lab.Support), its refusal exits 2 as leasectl run's does, whether it
+// comes from lab up's own check or wrapped by lab.Start or lab.Load.
+func TestLabRefusalExits2(t *testing.T) {
+	refusal := fmt.Errorf("%w, and this is Windows", lab.ErrUnsupported)
+	for _, err := range []error{refusal, fmt.Errorf("start lab: %w", refusal), &InputError{Err: fmt.Errorf("leasectl lab: %w", refusal)}} {
+		if code := ExitCode(err); code != ExitUsage {
+			t.Errorf("%v: exit %d, want %d", err, code, ExitUsage)
+		}
 	}
 }
 

@@ -206,6 +206,15 @@ func running(pid int) bool {
 	return i < 0 || i+2 >= len(stat) || stat[i+2] != 'Z'
 }
 
+// kill sends SIGKILL to pid, which need not be a child of this process.
+func kill(pid int) error {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return err
+	}
+	return p.Kill()
+}
+
 // ---- in-process ----
 
 func TestRunUsageAndInputErrors(t *testing.T) {
@@ -543,7 +552,7 @@ func TestRunKeyOutlivesAKilledLeasectlWhileItsProgramLives(t *testing.T) {
 	if leasetest.KeyFree(t, testLab.DirectDSN(), key) {
 		t.Fatal("key free while the killed leader's program still runs")
 	}
-	if err := syscall.Kill(orphan.PID, syscall.SIGKILL); err != nil {
+	if err := kill(orphan.PID); err != nil {
 		t.Fatal(err)
 	}
 	if next := f.next(leasetest.Start); next.PPID != standby.cmd.Process.Pid {
@@ -696,6 +705,6 @@ func (f *runFixture) runWithDaemon(grace, script string) (*exec.Cmd, *leasetest.
 			t.Fatalf("the program did not start its daemon:\n%s", log)
 		}
 	}
-	t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
+	t.Cleanup(func() { _ = kill(daemon) })
 	return cmd, log, daemon
 }

@@ -17,10 +17,18 @@
 // replicas listener by Patroni's REST health checks; [Lab.Switchover],
 // [Lab.KillPrimary] and [Lab.ReviveNode] change the primary as an operator
 // or a dead machine would, and [Lab.HAPrimary] tells which node it is now.
-// PostgreSQL and PgBouncer both refuse to run as root, so when the caller is
-// root the servers (and the front doors, alike) run as the unprivileged
-// "postgres" user that Debian's packages create, and their files live in a
-// temporary directory that user owns.
+// PostgreSQL and PgBouncer both refuse to run as root, so on Linux, when the
+// caller is root, the servers (and the front doors, alike) run as the
+// unprivileged "postgres" user that Debian's packages create, and their
+// files live in a temporary directory that user owns.
+//
+// The lab runs on Linux and macOS. On macOS it takes Homebrew's PostgreSQL
+// and PgBouncer (see [FindBinaries]), runs them as the caller and refuses
+// root, and finds processes with sysctl and lsof where Linux reads /proc;
+// what differs lives in files named for each system (support_*.go,
+// signal_*.go, procs_*.go, shm_*.go). On Windows [Start] and [Load] return
+// [ErrUnsupported] (see [Support]): the package builds there, with the same
+// API, so that the rest of leasectl does.
 //
 // DSNs never carry the password: the lab writes a pgpass file and names it
 // with the passfile parameter, which both libpq and pgx honour.

@@ -110,10 +110,6 @@ type Relay struct {
 // relayPort is the number in every relay socket's name.
 const relayPort = 5432
 
-// maxSocketPath is the longest path a unix socket may have on Linux
-// (sun_path holds 108 bytes, the last a NUL).
-const maxSocketPath = 107
-
 // longTimeout is what a zero HAProxy timeout stands for.
 const longTimeout = time.Hour
 
@@ -610,7 +606,7 @@ func (l *Lab) spawn(dir, prog string, args []string, logFile, pidFile string) (i
 	c.Dir = dir
 	c.Env = l.env()
 	c.Stdout, c.Stderr = f, f
-	c.SysProcAttr = &syscall.SysProcAttr{Credential: l.cred, Setsid: true}
+	c.SysProcAttr = sessionAttr(l.cred)
 	if err := c.Start(); err != nil {
 		return 0, fmt.Errorf("start %s: %w", filepath.Base(prog), err)
 	}
@@ -651,8 +647,8 @@ func waitProcess(ctx context.Context, pid int, ready func() (bool, error), limit
 // leader lives, so that a recycled number is never hit.
 func stopGroup(pid int, sig syscall.Signal, limit time.Duration) error {
 	signal := func(sig syscall.Signal) {
-		if syscall.Kill(-pid, sig) != nil {
-			_ = syscall.Kill(pid, sig)
+		if signalGroup(pid, sig) != nil {
+			_ = sendSignal(pid, sig)
 		}
 	}
 	signal(sig)
@@ -750,7 +746,7 @@ func (l *Lab) addFrontDoorLogin(role, password string) error {
 	}
 	const reloaded = "reload config files"
 	before := strings.Count(readFile(l.PgPool.LogFile), reloaded)
-	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+	if err := sendSignal(pid, syscall.SIGHUP); err != nil {
 		return fmt.Errorf("reload pgpool-II: %w", err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); strings.Count(readFile(l.PgPool.LogFile), reloaded) == before; {

@@ -22,7 +22,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.yaml.in/yaml/v3"
-	"golang.org/x/sys/unix"
 )
 
 // High availability: instead of a primary and a standby that the lab runs
@@ -227,23 +226,6 @@ func checkHA(s HASpec) error {
 	}
 	if s.CheckFall < 0 || s.CheckRise < 0 || s.CheckFall > 100 || s.CheckRise > 100 {
 		return fmt.Errorf("lab options: HA CheckFall %d and CheckRise %d must be 1 to 100, or 0 for the default", s.CheckFall, s.CheckRise)
-	}
-	return nil
-}
-
-// findHABinaries adds patroni (Debian package patroni), etcd (etcd-server)
-// and haproxy to b.
-func findHABinaries(b *Binaries) error {
-	var err error
-	dirs := []string{"/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"}
-	if b.Patroni, err = findBinary("patroni", "patroni", dirs...); err != nil {
-		return err
-	}
-	if b.Etcd, err = findBinary("etcd", "etcd-server", dirs...); err != nil {
-		return err
-	}
-	if b.HAProxy, err = findBinary("haproxy", "haproxy", dirs...); err != nil {
-		return err
 	}
 	return nil
 }
@@ -1334,104 +1316,4 @@ func (l *Lab) stopEtcd() error {
 		return stopGroup(pid, syscall.SIGTERM, 10*time.Second)
 	}
 	return nil
-}
-
-// removeOrphanedShm removes the System V shared memory segment of s's
-// PostgreSQL when no process is attached to it any more: a postmaster
-// killed with SIGKILL leaves it behind, and only the next postmaster of the
-// same data directory would remove it.
-func removeOrphanedShm(s *Server) error {
-	key, id, ok := postmasterShm(s)
-	if !ok {
-		return nil
-	}
-	seg, ok := shmSegment(id)
-	if !ok || seg.key != key || seg.nattch != 0 {
-		return nil // gone already, another segment by now, or in use
-	}
-	if _, err := unix.SysvShmCtl(id, unix.IPC_RMID, nil); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.EIDRM) {
-		return fmt.Errorf("remove the shared memory segment %d left by %s: %w", id, s.DataDir, err)
-	}
-	return nil
-}
-
-// postmasterShm returns the key and id of the System V shared memory
-// segment named on the seventh line of s's postmaster.pid, which only a
-// clean shutdown removes.
-func postmasterShm(s *Server) (key int64, id int, ok bool) {
-	if s.DataDir == "" {
-		return 0, 0, false
-	}
-	data, err := os.ReadFile(filepath.Join(s.DataDir, "postmaster.pid"))
-	if err != nil {
-		return 0, 0, false
-	}
-	lines := strings.Split(string(data), "\n")
-	if len(lines) < 7 {
-		return 0, 0, false
-	}
-	f := strings.Fields(lines[6])
-	if len(f) != 2 {
-		return 0, 0, false
-	}
-	key, err1 := strconv.ParseInt(f[0], 10, 64)
-	id, err2 := strconv.Atoi(f[1])
-	return key, id, err1 == nil && err2 == nil
-}
-
-type shmInfo struct {
-	key    int64
-	nattch int
-}
-
-// shmSegment looks up a System V shared memory segment in
-// /proc/sysvipc/shm.
-func shmSegment(id int) (shmInfo, bool) {
-	data, err := os.ReadFile("/proc/sysvipc/shm")
-	if err != nil {
-		return shmInfo{}, false
-	}
-	lines := strings.Split(string(data), "\n")
-	head := strings.Fields(lines[0])
-	col := func(name string) int {
-		for i, h := range head {
-			if h == name {
-				return i
-			}
-		}
-		return -1
-	}
-	ki, si, ni := col("key"), col("shmid"), col("nattch")
-	if ki < 0 || si < 0 || ni < 0 {
-		return shmInfo{}, false
-	}
-	for _, line := range lines[1:] {
-		f := strings.Fields(line)
-		if len(f) <= max(ki, si, ni) {
-			continue
-		}
-		if sid, _ := strconv.Atoi(f[si]); sid == id {
-			key, _ := strconv.ParseInt(f[ki], 10, 64)
-			n, _ := strconv.Atoi(f[ni])
-			return shmInfo{key: key, nattch: n}, true
-		}
-	}
-	return shmInfo{}, false
-}
-
-// ServerShmID returns the id of the System V shared memory segment that
-// s's postmaster.pid names, or -1 when it names none. Tests use it with
-// [ShmSegmentExists] to check that Stop leaves no segment behind.
-func ServerShmID(s *Server) int {
-	if _, id, ok := postmasterShm(s); ok {
-		return id
-	}
-	return -1
-}
-
-// ShmSegmentExists reports whether the System V shared memory segment with
-// this id exists.
-func ShmSegmentExists(id int) bool {
-	_, ok := shmSegment(id)
-	return ok
 }

@@ -162,14 +162,22 @@ type Lab struct {
 	// HAPrimary which node is the primary now.
 	HA *HA `json:"ha,omitempty"`
 
-	cred *syscall.Credential
+	cred *credential
 	log  io.Writer
 }
+
+// credential is the OS user that the servers run as when it is not the
+// caller (see serverCredential).
+type credential struct{ uid, gid int }
 
 const stateFile = "lab.json"
 
 // ErrNoLab is returned by [Load] when no lab state exists in a directory.
 var ErrNoLab = errors.New("no lab here")
+
+// ErrUnsupported is returned by [Start] and [Load] on a system where the
+// lab cannot run: see [Support].
+var ErrUnsupported = errors.New("the lab needs Linux or macOS (PostgreSQL and PgBouncer started as local processes)")
 
 // AlreadyRunningError is returned by Start when Dir holds a live lab.
 type AlreadyRunningError struct{ Dir string }
@@ -191,6 +199,9 @@ func DefaultDir() string {
 // Start creates and starts a lab. On failure everything it started is
 // stopped and removed again.
 func Start(ctx context.Context, opts Options) (l *Lab, err error) {
+	if err := Support(); err != nil {
+		return nil, err
+	}
 	if opts.HA != nil {
 		if err := checkHA(*opts.HA); err != nil {
 			return nil, err
@@ -323,6 +334,9 @@ func poolerSpecs(opts Options) []PoolerSpec {
 // Load reads the state of the lab kept in dir. It returns an error wrapping
 // ErrNoLab when there is none.
 func Load(dir string) (*Lab, error) {
+	if err := Support(); err != nil {
+		return nil, err
+	}
 	data, err := os.ReadFile(filepath.Join(dir, stateFile))
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 		return nil, fmt.Errorf("%w: no %s in %s (start one with: leasectl lab up)", ErrNoLab, stateFile, dir)
@@ -677,7 +691,7 @@ func (l *Lab) ReconfigurePooler(name string, change func(*PoolerSpec)) error {
 	}
 	before := strings.Count(readFile(p.LogFile), "got SIGHUP")
 	l.logf("reload pgbouncer %s (pool_mode=%s, pool_size=%d)", p.Name, p.Mode, p.PoolSize)
-	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+	if err := sendSignal(pid, syscall.SIGHUP); err != nil {
 		return fmt.Errorf("reload pooler %s: %w", name, err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); strings.Count(readFile(p.LogFile), "got SIGHUP") == before; {
@@ -736,7 +750,7 @@ func (l *Lab) AddLogin(role, password string) error {
 			return err
 		}
 		if pid := PoolerPID(&p); pid > 0 {
-			_ = syscall.Kill(pid, syscall.SIGHUP) // re-read auth_file
+			_ = sendSignal(pid, syscall.SIGHUP) // re-read auth_file
 		}
 	}
 	return l.addFrontDoorLogin(role, password)
@@ -876,54 +890,22 @@ func (l *Lab) Stop(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// ProcessesUsing returns the pids of processes whose working directory or
-// command line lies in dir: every postgres process of a lab has its data
-// directory as working directory, every pgbouncer names its config file, and
-// pgpool-II, HAProxy and socat run from their directories in the run dir.
-func ProcessesUsing(dir string) []int {
-	entries, _ := os.ReadDir("/proc")
-	var pids []int
-	self := os.Getpid()
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == self {
-			continue
-		}
-		cwd, _ := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if cwd == dir || strings.HasPrefix(cwd, dir+"/") || bytes.Contains(cmdline, []byte(dir+"/")) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
 // ---- helpers ----
 
-// serverCredential decides which OS user runs the servers: the caller,
-// unless the caller is root, which both servers refuse; then "postgres".
-func serverCredential() (*syscall.Credential, string, error) {
-	if os.Geteuid() != 0 {
-		u, err := user.Current()
-		if err != nil {
-			return nil, strconv.Itoa(os.Geteuid()), nil
-		}
-		return nil, u.Username, nil
-	}
-	u, err := user.Lookup("postgres")
+// callerName is the name of the OS user that runs this process.
+func callerName() string {
+	u, err := user.Current()
 	if err != nil {
-		return nil, "", errors.New("running as root, and PostgreSQL and PgBouncer refuse to run as root: the lab runs them as the OS user \"postgres\", which does not exist (install the postgresql package, which creates it, or run as a normal user)")
+		return strconv.Itoa(os.Geteuid())
 	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, "postgres", nil
+	return u.Username
 }
 
 func (l *Lab) chown(path string) error {
 	if l.cred == nil {
 		return nil
 	}
-	if err := os.Chown(path, int(l.cred.Uid), int(l.cred.Gid)); err != nil {
+	if err := os.Chown(path, l.cred.uid, l.cred.gid); err != nil {
 		return fmt.Errorf("give %s to the server user: %w", path, err)
 	}
 	return nil
@@ -941,7 +923,7 @@ func (l *Lab) run(ctx context.Context, prog string, args ...string) ([]byte, err
 	c := exec.CommandContext(ctx, prog, args...)
 	c.Dir = l.RunDir
 	c.Env = l.env()
-	c.SysProcAttr = &syscall.SysProcAttr{Credential: l.cred, Setpgid: true}
+	c.SysProcAttr = groupAttr(l.cred) // in a process group of its own
 	var out bytes.Buffer
 	c.Stdout, c.Stderr = &out, &out
 	// pg_ctl and pgbouncer -d leave daemons holding our pipes: do not wait
@@ -956,7 +938,7 @@ func (l *Lab) run(ctx context.Context, prog string, args ...string) ([]byte, err
 
 // env is the clean environment the lab's programs run with.
 func (l *Lab) env() []string {
-	return []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "LC_ALL=C", "HOME=" + l.RunDir, "TZ=UTC"}
+	return []string{"PATH=" + programPath, "LC_ALL=C", "HOME=" + l.RunDir, "TZ=UTC"}
 }
 
 func freePorts(n int) ([]int, error) {
@@ -1004,24 +986,8 @@ func waitTCP(ctx context.Context, port int, limit time.Duration) error {
 	}
 }
 
-func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	if err != nil && !errors.Is(err, syscall.EPERM) {
-		return false
-	}
-	// A zombie is not alive for our purposes.
-	stat, rerr := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if rerr != nil {
-		return err == nil
-	}
-	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
-		return stat[i+2] != 'Z'
-	}
-	return true
-}
-
 func killAndWait(pid int, sig syscall.Signal, limit time.Duration) error {
-	_ = syscall.Kill(pid, sig)
+	_ = sendSignal(pid, sig)
 	deadline := time.Now().Add(limit)
 	for alive(pid) {
 		if time.Now().After(deadline) {
@@ -1029,7 +995,7 @@ func killAndWait(pid int, sig syscall.Signal, limit time.Duration) error {
 				return fmt.Errorf("pid %d did not exit", pid)
 			}
 			sig = syscall.SIGKILL
-			_ = syscall.Kill(pid, sig)
+			_ = sendSignal(pid, sig)
 			deadline = time.Now().Add(limit)
 		}
 		time.Sleep(10 * time.Millisecond)

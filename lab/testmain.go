@@ -88,7 +88,7 @@ func startWatchdog(dir string) (stop func(), err error) {
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), watchdogEnv+"="+dir)
 	cmd.Stdin = r // stdout and stderr stay /dev/null: go test must not wait for it
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = sessionAttr(nil)
 	if err := cmd.Start(); err != nil {
 		w.Close()
 		return nil, err

@@ -16,5 +16,7 @@
 // The tests are the suite; this file and netns.go hold what they need that
 // is not a test: setting up and tearing down the network namespace. `go test
 // ./internal/chaos` runs a bounded version (CI runs it on every submission);
-// `make chaos` runs the full one (-args -full).
+// `make chaos` runs the full one (-args -full). The suite is Linux's
+// (network namespaces, nftables, Pdeathsig, /proc): on other systems every
+// file but this one is left out, and the package is empty.
 package chaos

@@ -2,15 +2,19 @@ package release
 
 import (
 	"archive/tar"
+	"archive/zip"
 	"compress/gzip"
 	"crypto/sha256"
 	"debug/elf"
+	"debug/macho"
+	"debug/pe"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -81,12 +85,13 @@ func TestGoreleaserConfig(t *testing.T) {
 }
 
 // TestGoreleaserSnapshotRelease runs the whole release pipeline offline, in
-// snapshot mode, for the Linux targets (darwin and windows do not build
-// yet): in a copy of this tree committed to a throwaway repository tagged
-// v1.2.3, goreleaser builds, archives and checksums linux/amd64 and
-// linux/arm64. The archives hold the binary and the documents, the
-// checksums match, the binaries are static and report the version, commit
-// and date, and the action installs the release from these very files.
+// snapshot mode, for all six targets: in a copy of this tree committed to a
+// throwaway repository tagged v1.2.3, goreleaser builds, archives and
+// checksums linux, darwin and windows on amd64 and arm64. The archives hold
+// the binary and the documents, the checksums match, each binary is an
+// executable of its platform (the Linux ones static), the one for this
+// machine reports the version, commit and date, and the action installs the
+// release from these very files.
 func TestGoreleaserSnapshotRelease(t *testing.T) {
 	gr := goreleaser(t)
 	src := t.TempDir()
@@ -103,25 +108,24 @@ func TestGoreleaserSnapshotRelease(t *testing.T) {
 	git("remote", "add", "origin", "https://github.com/leasectl/leasectl.git")
 	commit := git("rev-parse", "HEAD")
 
-	// The configuration as it is, for Linux only, with dist/ outside.
+	// The configuration as it is, with dist/ outside.
 	var cfg map[string]any
 	if err := yaml.Unmarshal([]byte(readFile(t, ".goreleaser.yaml")), &cfg); err != nil {
 		t.Fatal(err)
 	}
-	cfg["builds"].([]any)[0].(map[string]any)["goos"] = []string{"linux"}
 	dist := filepath.Join(t.TempDir(), "dist")
 	cfg["dist"] = dist
-	linuxCfg, err := yaml.Marshal(cfg)
+	distCfg, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfgPath := filepath.Join(t.TempDir(), "goreleaser-linux.yaml")
-	if err := os.WriteFile(cfgPath, linuxCfg, 0o644); err != nil {
+	cfgPath := filepath.Join(t.TempDir(), "goreleaser.yaml")
+	if err := os.WriteFile(cfgPath, distCfg, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	out := run(t, src, []string{"GOFLAGS=-buildvcs=false"}, gr, "release", "--snapshot", "--clean", "--config", cfgPath)
-	t.Logf("goreleaser release --snapshot (linux/amd64, linux/arm64) took %s", time.Since(start).Round(time.Second))
+	t.Logf("goreleaser release --snapshot (6 targets) took %s", time.Since(start).Round(time.Second))
 
 	const version = "1.2.4-snapshot" // .goreleaser.yaml's snapshot.version_template after v1.2.3
 	sumsName := "leasectl_" + version + "_checksums.txt"
@@ -129,43 +133,41 @@ func TestGoreleaserSnapshotRelease(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v; goreleaser said:\n%s", err, out)
 	}
-	for _, arch := range []string{"amd64", "arm64"} {
-		archive, wantSums := goreleaserNames(t, "v"+version, "linux", arch)
-		if wantSums != sumsName {
-			t.Errorf("checksums file %s, the action expects %s", sumsName, wantSums)
-		}
-		data, err := os.ReadFile(filepath.Join(dist, archive))
-		if err != nil {
-			t.Fatalf("%v (the action downloads this name); dist holds: %v", err, ls(dist))
-		}
-		if line := fmt.Sprintf("%x  %s\n", sha256.Sum256(data), archive); !strings.Contains(string(sums), line) {
-			t.Errorf("%s does not list %q:\n%s", sumsName, line, sums)
-		}
-		bin := extract(t, filepath.Join(dist, archive), []string{"leasectl", "LICENSE", "README.md", "CHANGELOG.md", "completions/leasectl.bash"})
-		f, err := elf.Open(bin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantMachine := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[arch]
-		if f.Machine != wantMachine {
-			t.Errorf("%s: %v binary", archive, f.Machine)
-		}
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_INTERP {
-				t.Errorf("%s: the binary is dynamically linked", archive)
+	ranHere := false
+	for _, goos := range []string{"linux", "darwin", "windows"} {
+		for _, arch := range []string{"amd64", "arm64"} {
+			archive, wantSums := goreleaserNames(t, "v"+version, goos, arch)
+			if wantSums != sumsName {
+				t.Errorf("checksums file %s, the action expects %s", sumsName, wantSums)
+			}
+			data, err := os.ReadFile(filepath.Join(dist, archive))
+			if err != nil {
+				t.Fatalf("%v (the action downloads this name); dist holds: %v", err, ls(dist))
+			}
+			if line := fmt.Sprintf("%x  %s\n", sha256.Sum256(data), archive); !strings.Contains(string(sums), line) {
+				t.Errorf("%s does not list %q:\n%s", sumsName, line, sums)
+			}
+			exe := "leasectl"
+			if goos == "windows" {
+				exe = "leasectl.exe"
+			}
+			bin := extract(t, filepath.Join(dist, archive), exe, []string{exe, "LICENSE", "README.md", "CHANGELOG.md", "completions/leasectl.bash"})
+			checkExecutable(t, archive, bin, goos, arch)
+			if goos != runtime.GOOS || arch != runtime.GOARCH {
+				continue
+			}
+			ranHere = true
+			var info struct{ Version, Commit, Date string }
+			if err := json.Unmarshal([]byte(run(t, src, nil, bin, "version", "-o", "json")), &info); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := time.Parse(time.RFC3339, info.Date); err != nil || info.Version != "v"+version || info.Commit != commit {
+				t.Errorf("the release binary reports %+v; want version v%s, commit %s and an RFC 3339 date", info, version, commit)
 			}
 		}
-		f.Close()
-		if arch != "amd64" {
-			continue
-		}
-		var info struct{ Version, Commit, Date string }
-		if err := json.Unmarshal([]byte(run(t, src, nil, bin, "version", "-o", "json")), &info); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := time.Parse(time.RFC3339, info.Date); err != nil || info.Version != "v"+version || info.Commit != commit {
-			t.Errorf("the release binary reports %+v; want version v%s, commit %s and an RFC 3339 date", info, version, commit)
-		}
+	}
+	if !ranHere {
+		t.Errorf("no release binary for this machine (%s/%s) to run", runtime.GOOS, runtime.GOARCH)
 	}
 
 	// The action installs this release, served as GitHub serves it.
@@ -203,49 +205,112 @@ func copyTree(t *testing.T, dst string) {
 	}
 }
 
-// extract unpacks a tar.gz archive into a temporary directory, checks that
-// it holds want, and returns the path of its leasectl binary.
-func extract(t *testing.T, archive string, want []string) string {
+// extract unpacks a release archive (tar.gz, or zip for Windows) into a
+// temporary directory, checks that it holds want, and returns the path of
+// its binary, called exe.
+func extract(t *testing.T, archive, exe string, want []string) string {
 	t.Helper()
-	f, err := os.Open(archive)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	tr := tar.NewReader(zr)
 	var names []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
+	save := func(r io.Reader) {
+		out, err := os.OpenFile(filepath.Join(dir, exe), os.O_CREATE|os.O_WRONLY, 0o755)
 		if err != nil {
 			t.Fatal(err)
 		}
-		names = append(names, h.Name)
-		if h.Name != "leasectl" {
-			continue
-		}
-		out, err := os.OpenFile(filepath.Join(dir, "leasectl"), os.O_CREATE|os.O_WRONLY, 0o755)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.Copy(out, tr); err != nil {
+		if _, err := io.Copy(out, r); err != nil {
 			t.Fatal(err)
 		}
 		out.Close()
+	}
+	if strings.HasSuffix(archive, ".zip") {
+		zr, err := zip.OpenReader(archive)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer zr.Close()
+		for _, f := range zr.File {
+			names = append(names, f.Name)
+			if f.Name != exe {
+				continue
+			}
+			r, err := f.Open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			save(r)
+			r.Close()
+		}
+	} else {
+		f, err := os.Open(archive)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		gz, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := tar.NewReader(gz)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, h.Name)
+			if h.Name == exe {
+				save(tr)
+			}
+		}
 	}
 	for _, w := range want {
 		if !slices.Contains(names, w) {
 			t.Errorf("%s lacks %s: %v", filepath.Base(archive), w, names)
 		}
 	}
-	return filepath.Join(dir, "leasectl")
+	return filepath.Join(dir, exe)
+}
+
+// checkExecutable checks that bin is an executable for goos/goarch: ELF
+// and static for Linux (no interpreter), Mach-O for macOS, PE for Windows.
+func checkExecutable(t *testing.T, archive, bin, goos, goarch string) {
+	t.Helper()
+	switch goos {
+	case "linux":
+		f, err := elf.Open(bin)
+		if err != nil {
+			t.Fatalf("%s: %v", archive, err)
+		}
+		defer f.Close()
+		if want := map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}[goarch]; f.Machine != want {
+			t.Errorf("%s: %v binary", archive, f.Machine)
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_INTERP {
+				t.Errorf("%s: the binary is dynamically linked", archive)
+			}
+		}
+	case "darwin":
+		f, err := macho.Open(bin)
+		if err != nil {
+			t.Fatalf("%s: %v", archive, err)
+		}
+		defer f.Close()
+		if want := map[string]macho.Cpu{"amd64": macho.CpuAmd64, "arm64": macho.CpuArm64}[goarch]; f.Cpu != want || f.Type != macho.TypeExec {
+			t.Errorf("%s: a Mach-O %v of type %v, want an executable for %v", archive, f.Cpu, f.Type, want)
+		}
+	case "windows":
+		f, err := pe.Open(bin)
+		if err != nil {
+			t.Fatalf("%s: %v", archive, err)
+		}
+		defer f.Close()
+		if want := map[string]uint16{"amd64": pe.IMAGE_FILE_MACHINE_AMD64, "arm64": pe.IMAGE_FILE_MACHINE_ARM64}[goarch]; f.Machine != want || f.Characteristics&pe.IMAGE_FILE_EXECUTABLE_IMAGE == 0 {
+			t.Errorf("%s: a PE image for machine %#x (characteristics %#x), want an executable for %#x", archive, f.Machine, f.Characteristics, want)
+		}
+	}
 }
 
 func ls(dir string) []string {

@@ -16,6 +16,9 @@
 // figures are leasectl's and not the start-up of a heavier child (a Go
 // binary takes several milliseconds more to reach its first line).
 //
+// Like `leasectl run`, it needs Unix (a FIFO, sh, signals); on Windows it is
+// not built.
+//
 // Run it with: go run ./internal/bench/takeover [-kills 60] [-stepdowns 30]
 package main
 

@@ -1,7 +1,11 @@
+//go:build unix
+
 // Command witness is the child program of leasectl's tests and benchmarks:
 // it reports to a unix socket when it starts, when it is signalled and when
 // it finds another witness still running (a non-blocking flock on a shared
 // file), so that a test can prove that at most one child runs at a time.
+// Like `leasectl run`, whose program it plays, it needs Unix (flock,
+// sessions); on Windows it is not built.
 //
 //	witness [-lock FILE] [-notify SOCKET] [-exit N] [-ignore-term] [-stop-delay D] [-daemon setsid|doublefork]
 //
