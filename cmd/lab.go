@@ -79,7 +79,8 @@ with MODE transaction, session or statement and SIZE the pool size (default 20).
 runs itself (needs the Debian packages patroni, etcd-server and haproxy). The
 poolers then connect through HAProxy's primary port, so they follow a
 failover. Patroni's ttl is 10s (a dead primary is replaced after about that
-long), loop_wait 1s, retry_timeout 4s; HAProxy checks each node every 500ms.`,
+long), loop_wait 1s, retry_timeout 4s; HAProxy checks each node every 500ms,
+and a node out of a listener every 100ms.`,
 		Example: `  leasectl lab up
   leasectl lab up --standby --pooler tx1=transaction:1 --pooler stmt=statement
   leasectl lab up --ha`,
@@ -279,21 +280,21 @@ func newLabEnvCmd(opts *labOptions) *cobra.Command {
 		Short: "Print export lines with the lab's DSNs",
 		Long: `Print shell export lines for the lab's DSNs, for eval:
 
-  LEASECTL_DSN              the primary over TCP (what leasectl uses by default)
-  LEASECTL_LAB_DSN          the primary over TCP
-  LEASECTL_LAB_SOCKET_DSN   the primary over its unix socket
-  LEASECTL_LAB_TX_DSN       PgBouncer in transaction mode (unsafe for leases)
-  LEASECTL_LAB_SESSION_DSN  PgBouncer in session mode
-  LEASECTL_LAB_<NAME>_DSN   each extra pooler, and the standby with --standby
+  LEASECTL_DSN                 the primary over TCP (what leasectl uses by default)
+  LEASECTL_LAB_DSN             the primary over TCP
+  LEASECTL_LAB_SOCKET_DSN      the primary over its unix socket
+  LEASECTL_LAB_TX_DSN          PgBouncer in transaction mode (unsafe for leases)
+  LEASECTL_LAB_SESSION_DSN     PgBouncer in session mode
+  LEASECTL_LAB_<NAME>_DSN      each extra pooler, and the standby with --standby
   LEASECTL_LAB_HA_DSN          with --ha: both nodes, target_session_attrs=primary
   LEASECTL_LAB_HA_PRIMARY_DSN  with --ha: HAProxy's port that follows the primary
   LEASECTL_LAB_HA_REPLICA_DSN  with --ha: HAProxy's port that leads to a replica
-  LEASECTL_LAB_DIR          the lab's state directory
+  LEASECTL_LAB_DIR             the lab's state directory
+  PGPASSFILE                   the lab's pgpass file, so psql works too
 
 In an HA lab LEASECTL_DSN, LEASECTL_LAB_DSN and LEASECTL_LAB_STANDBY_DSN name
 the nodes that were primary and standby when the lab last changed them (up,
-switchover, kill-primary); run "lab env" again after those.
-  PGPASSFILE                the lab's pgpass file, so psql works too`,
+switchover, kill-primary); run "lab env" again after those.`,
 		Example: `  eval "$(leasectl lab env)"
   leasectl lab env --shell fish | source`,
 		Args: noArgs,
