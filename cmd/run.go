@@ -172,6 +172,11 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		defer stopMetrics()
 	}
 
+	if app.OwnProcess {
+		// As a container's PID 1, every orphan in the container is ours
+		// to reap, on a stand-by too.
+		defer lease.ReapAsInit()()
+	}
 	proc := &lease.Command{
 		Path: path, Args: opts.Command, Env: os.Environ(),
 		Stdout: app.IO.Out, Stderr: errOut,

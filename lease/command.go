@@ -208,12 +208,14 @@ func (c *Command) Work(ctx context.Context) error {
 		// under a running program.
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
+		if err := startOwned(cmd.Start, func() int { return cmd.Process.Pid }); err != nil {
 			started <- err
 			return
 		}
 		started <- nil
-		exited <- cmd.Wait()
+		err := cmd.Wait()
+		disown(cmd.Process.Pid)
+		exited <- err
 	}()
 	if err := <-started; err != nil {
 		return &StartError{Path: c.Path, Err: err}

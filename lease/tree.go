@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -79,4 +80,35 @@ func (t *programTree) stop(log *slog.Logger, deadline time.Time, msg string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// owned holds the pids of the programs Command started and has not yet
+// waited for: os/exec waits for them, so no reaper may. A program starts
+// with owned.mu held, and a sweep holds it throughout, so a sweep never
+// sees a program's pid before it is in owned.
+var owned struct {
+	mu   sync.Mutex
+	pids map[int]bool
+}
+
+// startOwned runs start (an exec.Cmd's Start) with owned locked and adds
+// the pid it started.
+func startOwned(start func() error, pid func() int) error {
+	owned.mu.Lock()
+	defer owned.mu.Unlock()
+	if err := start(); err != nil {
+		return err
+	}
+	if owned.pids == nil {
+		owned.pids = map[int]bool{}
+	}
+	owned.pids[pid()] = true
+	return nil
+}
+
+// disown forgets pid once os/exec has waited for it.
+func disown(pid int) {
+	owned.mu.Lock()
+	defer owned.mu.Unlock()
+	delete(owned.pids, pid)
 }

@@ -84,3 +84,7 @@ func becomeSubreaper(log *slog.Logger) bool {
 
 // reapOrphans is never called on macOS (becomeSubreaper is false).
 func reapOrphans(int) func() { return func() {} }
+
+// ReapAsInit does nothing here: a PID namespace, whose PID 1 inherits every
+// orphan, is Linux's (containers).
+func ReapAsInit() (stop func()) { return func() {} }

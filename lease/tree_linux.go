@@ -219,17 +219,40 @@ func becomeSubreaper(log *slog.Logger) bool {
 }
 
 // reapOrphans reaps, whenever a child exits, this process's zombie children
-// other than program (which os/exec reaps): orphans of the program's tree
+// other than the programs os/exec waits for: orphans of the program's tree
 // that were reparented to this subreaper. It returns a function that stops
 // it after a last sweep.
-func reapOrphans(program int) (stop func()) {
+func reapOrphans(int) (stop func()) {
+	return reapZombies()
+}
+
+// ReapAsInit reaps, until stop is called, every zombie child of this
+// process other than the programs Command runs, when this process is PID 1
+// of its PID namespace: a container's entrypoint, to which every orphan in
+// the container is reparented (a process that a `docker exec` or `kubectl
+// exec` session left behind, for one), whether or not a program runs. It
+// does nothing for any other process (a subreaper's orphans come from its
+// program's tree, which Command reaps), nor on other systems. Call it only
+// in a process that starts no other programs, as `leasectl run` does.
+func ReapAsInit() (stop func()) {
+	if os.Getpid() != 1 {
+		return func() {}
+	}
+	return reapZombies()
+}
+
+// reapZombies sweeps this process's zombie children, other than owned
+// ones, at every SIGCHLD, until stop, which sweeps a last time.
+func reapZombies() (stop func()) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGCHLD)
 	quit, done := make(chan struct{}), make(chan struct{})
 	sweep := func() {
+		owned.mu.Lock()
+		defer owned.mu.Unlock()
 		kids, _ := children(os.Getpid())
 		for _, pid := range kids {
-			if pid != program && isZombie(pid) {
+			if !owned.pids[pid] && isZombie(pid) {
 				var ws unix.WaitStatus
 				_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
 			}
@@ -237,6 +260,7 @@ func reapOrphans(program int) (stop func()) {
 	}
 	go func() {
 		defer close(done)
+		sweep() // orphans that exited before this began
 		for {
 			select {
 			case <-sigs:

@@ -19,3 +19,7 @@ func (t *programTree) members() []proc       { return nil }
 func (t *programTree) signal(syscall.Signal) {}
 func becomeSubreaper(*slog.Logger) bool      { return false }
 func reapOrphans(int) func()                 { return func() {} }
+
+// ReapAsInit does nothing here: a PID namespace, whose PID 1 inherits every
+// orphan, is Linux's (containers).
+func ReapAsInit() (stop func()) { return func() {} }
