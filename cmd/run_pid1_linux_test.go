@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -54,7 +53,7 @@ func TestRunAsPID1ReapsEveryOrphan(t *testing.T) {
 	}
 	cmd := exec.Command(unshare, append(ns, append([]string{f.leasectl, "run", "--role", "poller", "--"}, f.witnessArgs()...)...)...)
 	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+testLab.DirectDSN(), "LEASECTL_KEYS="+f.keys)
-	var log syncBuffer
+	var log leasetest.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -67,7 +66,7 @@ func TestRunAsPID1ReapsEveryOrphan(t *testing.T) {
 	if ns := nsPIDs(t, pid1); !strings.HasSuffix(ns, "\t1") {
 		t.Fatalf("leasectl %d is not PID 1 of its namespace (NSpid %q)", pid1, ns)
 	}
-	awaitLog(t, &log, "standing by")
+	log.WaitFor(t, "standing by", 1, time.Minute)
 
 	enterCmd := exec.Command(nsenter, append(append([]string{"--target", strconv.Itoa(pid1)}, enter...), "--", "sh", "-c", "sleep 2 </dev/null >/dev/null 2>&1 & exit 0")...)
 	if out, err := enterCmd.CombinedOutput(); err != nil {
@@ -159,35 +158,4 @@ func procState(pid int) string {
 		return s[i+2 : i+3]
 	}
 	return "?"
-}
-
-// awaitLog waits up to a minute for text in log.
-func awaitLog(t *testing.T, log *syncBuffer, text string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(log.String(), text) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in the log within a minute:\n%s", text, log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// syncBuffer is a bytes.Buffer that a process's output and the test can
-// share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

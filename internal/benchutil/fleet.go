@@ -4,6 +4,7 @@ package benchutil
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/leasetest"
+	"github.com/leasectl/leasectl/lab"
 )
 
 // ChildScript is the program the benchmarks run under a lease: it reports
@@ -221,4 +223,24 @@ func StopReplicas(rs []*Replica) {
 			_ = r.Cmd.Process.Kill()
 		}
 	}
+}
+
+// StartLab starts a lab with opts, saying so on stderr, and builds
+// leasectl into a directory of it, which it returns with the binary's
+// path. The caller stops the lab.
+func StartLab(ctx context.Context, opts lab.Options, what string) (l *lab.Lab, dir, leasectl string, err error) {
+	fmt.Fprintf(os.Stderr, "starting %s …\n", what)
+	if l, err = lab.Start(ctx, opts); err != nil {
+		return nil, "", "", err
+	}
+	dir = filepath.Join(l.Dir, "bench")
+	if err = os.MkdirAll(dir, 0o755); err == nil {
+		fmt.Fprintln(os.Stderr, "building leasectl …")
+		leasectl, err = BuildLeasectl(dir)
+	}
+	if err != nil {
+		_ = l.Stop(context.Background())
+		return nil, "", "", err
+	}
+	return l, dir, leasectl, nil
 }

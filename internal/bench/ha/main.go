@@ -95,21 +95,11 @@ type form struct {
 
 func bench(switchovers, deaths, replicas int, only []string) error {
 	ctx := context.Background()
-	fmt.Fprintln(os.Stderr, "starting a Patroni lab …")
-	l, err := lab.Start(ctx, lab.Options{HA: &lab.HASpec{}})
+	l, dir, leasectl, err := benchutil.StartLab(ctx, lab.Options{HA: &lab.HASpec{}}, "a Patroni lab")
 	if err != nil {
 		return err
 	}
 	defer l.Stop(context.Background())
-	dir := filepath.Join(l.Dir, "bench")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	fmt.Fprintln(os.Stderr, "building leasectl …")
-	leasectl, err := benchutil.BuildLeasectl(dir)
-	if err != nil {
-		return err
-	}
 	var forms []*form
 	for _, f := range []*form{
 		{id: "multi-host", name: "multi-host DSN", role: "ha_multi", key: 9400011, dsn: l.HAMultiHostDSN()},

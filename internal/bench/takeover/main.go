@@ -93,21 +93,11 @@ func mustConnect(dsn string) *pgx.Conn {
 
 func bench(kills, stepdowns, baselines, replicas int) error {
 	ctx := context.Background()
-	fmt.Fprintln(os.Stderr, "starting a lab …")
-	l, err := lab.Start(ctx, lab.Options{Poolers: []lab.PoolerSpec{}})
+	l, dir, leasectl, err := benchutil.StartLab(ctx, lab.Options{Poolers: []lab.PoolerSpec{}}, "a lab")
 	if err != nil {
 		return err
 	}
 	defer l.Stop(context.Background())
-	dir := filepath.Join(l.Dir, "bench")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	fmt.Fprintln(os.Stderr, "building leasectl …")
-	leasectl, err := benchutil.BuildLeasectl(dir)
-	if err != nil {
-		return err
-	}
 	keysFile := filepath.Join(dir, "keys.yaml")
 	if err := os.WriteFile(keysFile, fmt.Appendf(nil, "roles:\n  bench: %d\n", roleKey), 0o600); err != nil {
 		return err
