@@ -356,9 +356,9 @@ func TestHostileUnprivilegedRole(t *testing.T) {
 		args []string
 		want expect
 	}{
-		{[]string{"who", "poller"}, expect{code: ExitOK, says: []string{pid, "hostile-leader", "hidden", "GRANT pg_read_all_stats TO " + role}}},
+		{[]string{"who", "poller"}, expect{code: ExitOK, says: []string{pid, "hostile-leader", "hidden", "GRANT pg_read_all_stats TO \"" + role + "\""}}},
 		{[]string{"who", "--check", "poller"}, expect{code: ExitOK, says: []string{"hidden"}}},
-		{[]string{"who", "-o", "json", "poller"}, expect{code: ExitOK, says: []string{`"hidden": true`, `"reveal_grant": "GRANT pg_read_all_stats TO ` + role + `"`}}},
+		{[]string{"who", "-o", "json", "poller"}, expect{code: ExitOK, says: []string{`"hidden": true`, `"reveal_grant": "GRANT pg_read_all_stats TO \"` + role + `\""`}}},
 		{[]string{"failover", "poller", "--yes", "--force"}, expect{code: ExitUnavailable, says: []string{"permission denied to terminate pid " + pid, "only a superuser can end a superuser's backend"}}},
 		{[]string{"verify", "poller"}, expect{code: ExitOK, says: []string{"one_leader", "pass", "staleness unknown"}}},
 		{[]string{"verify", "poller", "--failover", "--yes", "--force"}, expect{code: ExitCheckFailed, says: []string{"clean_failover", "nothing done", "only a superuser can end"}}},

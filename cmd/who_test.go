@@ -270,7 +270,7 @@ func TestWhoSaysHiddenWithoutReadAllStats(t *testing.T) {
 		t.Fatalf("exit %d: %s", res.Code, res.Stderr)
 	}
 	row(t, res.Stdout, "poller", "HELD", pidOf(t, admin), testLab.User, "the-leader", "hidden", "hidden", "hidden")
-	if !strings.Contains(res.Stdout, "GRANT pg_read_all_stats TO "+role+";") {
+	if !strings.Contains(res.Stdout, "GRANT pg_read_all_stats TO \""+role+"\";") {
 		t.Errorf("no grant that would reveal the session:\n%s", res.Stdout)
 	}
 	var out whoJSON
@@ -279,7 +279,7 @@ func TestWhoSaysHiddenWithoutReadAllStats(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := out.Leases[0].Holders[0]
-	if !out.Hidden || out.RevealGrant == nil || *out.RevealGrant != "GRANT pg_read_all_stats TO "+role ||
+	if !out.Hidden || out.RevealGrant == nil || *out.RevealGrant != "GRANT pg_read_all_stats TO \""+role+"\"" ||
 		!h.Hidden || h.ClientAddr != nil || h.BackendStart != nil || h.State != nil {
 		t.Errorf("JSON: hidden %v grant %v holder %+v", out.Hidden, out.RevealGrant, h)
 	}

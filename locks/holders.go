@@ -471,17 +471,12 @@ func AnyHidden(leases []Lease) bool {
 
 // RevealGrant is the statement that lets role see other roles' sessions,
 // whose details the server withholds otherwise (see Session.Hidden).
-func RevealGrant(role string) string {
-	return "GRANT pg_read_all_stats TO " + quoteRole(role)
-}
+func RevealGrant(role string) string { return grantTo("pg_read_all_stats", role) }
 
-// quoteRole quotes a role name for a statement shown to the user, only when
-// it needs quoting, so the common case reads as typed.
-func quoteRole(s string) string {
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') {
-			return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
-		}
-	}
-	return s
+// grantTo is the statement that grants the predefined role privilege to
+// role, for the user to run. The role name is always quoted: names that
+// need no quotes in most places can still be keywords (a role named user
+// would read as a syntax error unquoted).
+func grantTo(privilege, role string) string {
+	return "GRANT " + privilege + " TO " + pgx.Identifier{role}.Sanitize()
 }

@@ -71,7 +71,7 @@ func (e *PermissionError) Grant() string {
 	if e.HolderSuperuser {
 		return ""
 	}
-	return "GRANT pg_signal_backend TO " + pgx.Identifier{e.Role}.Sanitize()
+	return grantTo("pg_signal_backend", e.Role)
 }
 
 // Termination is what [Terminate] did.
