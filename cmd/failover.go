@@ -98,12 +98,12 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 	}
 	var key locks.Key
 	if opts.Key != "" {
-		if key, err = locks.ParseAnyKey(opts.Key); err != nil {
+		if key, err = locks.ParseKey(opts.Key); err != nil {
 			return usageErrorf("invalid --key: %v", err)
 		}
 	} else if e, ok := f.Role(opts.Role); ok {
 		key = locks.BigintKey(e.Key)
-	} else if _, numeric := locks.ParseAnyKey(opts.Role); numeric == nil {
+	} else if _, numeric := locks.ParseKey(opts.Role); numeric == nil {
 		return usageErrorf("%q is not a role of %s: to fail over a bare key, use --key %s", opts.Role, f.Path, opts.Role)
 	} else if meantAsKey(opts.Role) {
 		return usageErrorf("%q is not a role of %s, nor a valid key for --key: %v", opts.Role, f.Path, numeric)
@@ -117,7 +117,7 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 	}
 	defer conn.Close(context.Background())
 	lctx, cancel := context.WithTimeout(ctx, app.Global.Timeout)
-	target, err := locks.FindTarget(lctx, conn, key, roleMap(f))
+	target, err := locks.FindTarget(lctx, conn, key, f.NamesByKey())
 	cancel()
 	if err != nil {
 		return err
@@ -144,11 +144,11 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 		}
 		if !app.IO.InTTY {
 			fmt.Fprintf(pre, "\nWould %s and wait up to %s for a stand-by to take over %s. Nothing was done.\n",
-				action, opts.Wait, target.Lease.Name())
+				action, opts.Wait, target.Locks.Name())
 			return &InputError{Err: fmt.Errorf("not confirmed, and there is no terminal to ask on: nothing was done; to fail over pid %d, run again with --yes: %s",
 				h.PID, confirmCommand(opts))}
 		}
-		ok, err := confirm(app, pre, fmt.Sprintf("\n%s so that a stand-by takes over %s?", upperFirst(action), target.Lease.Name()))
+		ok, err := confirm(app, pre, fmt.Sprintf("\n%s so that a stand-by takes over %s?", upperFirst(action), target.Locks.Name()))
 		if err != nil {
 			return err
 		}
@@ -197,7 +197,7 @@ func upperFirst(s string) string {
 	return strings.ToUpper(s[:1]) + s[1:]
 }
 
-func sessionAge(s locks.Session, now time.Time) string {
+func sessionAge(s locks.Claimant, now time.Time) string {
 	if s.BackendStart.IsZero() {
 		return "since a time hidden from this role"
 	}
@@ -214,7 +214,7 @@ func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr stri
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return err
 	}
-	l := t.Lease
+	l := t.Locks
 	role := l.Role
 	if role == "" {
 		role = "-"
@@ -239,7 +239,7 @@ func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr stri
 func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, waitErr error, wait, timeout time.Duration) error {
 	paint := painter(color)
 	t := res.Target
-	name := t.Lease.Name()
+	name := t.Locks.Name()
 	var b strings.Builder
 	b.WriteString("\n")
 	if rs := res.Resign; rs != nil {
@@ -362,12 +362,12 @@ func takeoverClock(tk *locks.Takeover) string {
 func failoverJSONOf(res *locks.Failover) failoverJSON {
 	t := res.Target
 	j := failoverJSON{
-		Key:       t.Lease.Key.String(),
+		Key:       t.Locks.Key.String(),
 		Path:      res.Path,
 		OldHolder: sessionJSONOf(t.Holder, t.Now, 0), // no staleness threshold applies
 	}
-	if t.Lease.Role != "" {
-		j.Role = &t.Lease.Role
+	if t.Locks.Role != "" {
+		j.Role = &t.Locks.Role
 	}
 	if rs := res.Resign; rs != nil {
 		r := &resignJSON{Answered: rs.Answered, Released: rs.Released}

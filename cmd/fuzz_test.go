@@ -76,11 +76,11 @@ func FuzzWhoArgs(f *testing.F) {
 				}
 				continue
 			}
-			want, err := locks.ParseAnyKey(a)
+			want, err := locks.ParseKey(a)
 			if err != nil || got != want {
-				t.Fatalf("argument %q selected %v; ParseAnyKey gives %v, %v", a, got, want, err)
+				t.Fatalf("argument %q selected %v; ParseKey gives %v, %v", a, got, want, err)
 			}
-			back, err := locks.ParseAnyKey(got.String())
+			back, err := locks.ParseKey(got.String())
 			if err != nil || back != got {
 				t.Fatalf("key %v prints as %q, which reads back as %v, %v", got, got.String(), back, err)
 			}

@@ -31,21 +31,12 @@ func loadRoleMap(app *App, keysOptional bool) (*keys.File, error) {
 	return f, err
 }
 
-// roleMap is the role map of f as locks.Roles, in file order.
-func roleMap(f *keys.File) []locks.Role {
-	roles := make([]locks.Role, 0, len(f.Roles))
-	for _, e := range f.Roles {
-		roles = append(roles, locks.Role{Name: e.Name, Key: e.Key})
-	}
-	return roles
-}
-
 // roleOrKey resolves a ROLE name of f, else a numeric KEY (k, or k1,k2).
 func roleOrKey(f *keys.File, arg string) (locks.Key, error) {
 	if e, ok := f.Role(arg); ok {
 		return locks.BigintKey(e.Key), nil
 	}
-	k, err := locks.ParseAnyKey(arg)
+	k, err := locks.ParseKey(arg)
 	switch {
 	case err != nil && meantAsKey(arg):
 		return locks.Key{}, usageErrorf("invalid KEY: %v", err)

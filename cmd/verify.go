@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
-	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
 	"github.com/leasectl/leasectl/verify"
 	"github.com/spf13/cobra"
@@ -91,7 +90,7 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 	if err != nil {
 		return err
 	}
-	roles := roleMap(f)
+	roles := f.Roles
 	if len(opts.Roles) > 0 {
 		roles = roles[:0:0]
 		for _, name := range opts.Roles {
@@ -99,7 +98,7 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 			if !ok {
 				return unknownRoleError(name, f)
 			}
-			roles = append(roles, locks.Role{Name: e.Name, Key: e.Key})
+			roles = append(roles, e)
 		}
 	}
 	if len(roles) == 0 {

@@ -89,8 +89,8 @@ var negativeKey = regexp.MustCompile(`unknown shorthand flag: '\d' in (-\d[\d,-]
 
 // whoSelection is what the arguments asked for.
 type whoSelection struct {
-	roles []locks.Role // the whole role map
-	want  []locks.Key  // the keys to show, free ones included
+	roles *keys.File  // the whole role map
+	want  []locks.Key // the keys to show, free ones included
 }
 
 func runWho(ctx context.Context, opts *whoOptions, watchGiven bool) error {
@@ -184,9 +184,9 @@ func (opts *whoOptions) selection() (whoSelection, error) {
 	if err != nil {
 		return sel, err
 	}
-	sel.roles = roleMap(f)
+	sel.roles = f
 	if len(opts.Args) == 0 {
-		for _, r := range sel.roles {
+		for _, r := range f.Roles {
 			sel.want = append(sel.want, locks.BigintKey(r.Key))
 		}
 		if opts.Check && len(sel.want) == 0 {
@@ -206,7 +206,7 @@ func (opts *whoOptions) selection() (whoSelection, error) {
 
 func allKeys(args []string) bool {
 	for _, a := range args {
-		if _, err := locks.ParseAnyKey(a); err != nil {
+		if _, err := locks.ParseKey(a); err != nil {
 			return false
 		}
 	}
@@ -218,7 +218,7 @@ type whoView struct {
 	server     dbconn.ServerInfo
 	addr       string // where we connected, for the header when the server does not say (unix socket)
 	now        time.Time
-	leases     []locks.Lease
+	leases     []locks.RoleLocks
 	all        bool
 	staleAfter time.Duration
 }
@@ -236,7 +236,7 @@ func readWho(ctx context.Context, opts *whoOptions, conn *pgx.Conn, sel whoSelec
 	}
 	cfg := conn.Config()
 	return &whoView{server: server, addr: dbconn.Addr(&cfg.Config), now: snap.Now,
-		leases: snap.Leases(sel.roles, sel.want, opts.All), all: opts.All, staleAfter: opts.Stale}, nil
+		leases: snap.ByRole(sel.roles.NamesByKey(), sel.want, opts.All), all: opts.All, staleAfter: opts.Stale}, nil
 }
 
 // checkError is the --check verdict: every requested lease needs a live
@@ -262,7 +262,7 @@ func (v *whoView) checkError() error {
 	return &CheckFailedError{Message: "who --check: " + strings.Join(bad, "; ")}
 }
 
-func holderName(s locks.Session) string {
+func holderName(s locks.Claimant) string {
 	if s.Prepared != nil {
 		return fmt.Sprintf("prepared transaction %q", s.Prepared.GID)
 	}
@@ -424,14 +424,14 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView) error {
 	return err
 }
 
-func waitingSuffix(l locks.Lease) string {
+func waitingSuffix(l locks.RoleLocks) string {
 	if n := len(l.Waiters); n > 0 {
 		return fmt.Sprintf(", %d waiting", n)
 	}
 	return ""
 }
 
-func sessionRow(role, key, state string, s locks.Session, now time.Time) []string {
+func sessionRow(role, key, state string, s locks.Claimant, now time.Time) []string {
 	pid, client, connected, last := strconv.Itoa(int(s.PID)), "", "", ""
 	app := s.Application
 	switch {
@@ -461,7 +461,7 @@ func sessionRow(role, key, state string, s locks.Session, now time.Time) []strin
 	return []string{role, key, state, pid, s.User, app, client, connected, orDash(last)}
 }
 
-func clientAddr(s locks.Session) string {
+func clientAddr(s locks.Claimant) string {
 	if s.ClientAddr == "" {
 		return "local socket"
 	}
@@ -580,7 +580,7 @@ func whoJSONOf(v *whoView) whoJSON {
 
 // sessionJSONOf renders s as read at now; staleAfter 0 means no staleness
 // threshold applies (stale is false).
-func sessionJSONOf(s locks.Session, now time.Time, staleAfter time.Duration) sessionJSON {
+func sessionJSONOf(s locks.Claimant, now time.Time, staleAfter time.Duration) sessionJSON {
 	j := sessionJSON{Mode: "exclusive", User: s.User, ApplicationName: s.Application,
 		Stale: staleAfter > 0 && s.Stale(now, staleAfter), Hidden: s.Hidden, Gone: s.Gone}
 	if s.Shared {

@@ -114,6 +114,15 @@ func find(entries []Entry, match func(Entry) bool) (Entry, bool) {
 	return Entry{}, false
 }
 
+// NamesByKey maps the key of each active role to its name.
+func (f *File) NamesByKey() map[int64]string {
+	m := make(map[int64]string, len(f.Roles))
+	for _, e := range f.Roles {
+		m[e.Key] = e.Name
+	}
+	return m
+}
+
 // Names returns the active role names in file order.
 func (f *File) Names() []string {
 	names := make([]string, len(f.Roles))

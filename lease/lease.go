@@ -35,7 +35,7 @@ func Run(ctx context.Context, cfg Config, work func(ctx context.Context) error) 
 	if err != nil {
 		return err
 	}
-	r := &runner{cfg: c, work: work, key: locks.BigintKey(c.Key), fence: locks.FenceKey(c.Key),
+	r := &runner{cfg: c, work: work, key: locks.BigintKey(c.Key), fence: locks.BigintKey(c.Key).Fence(),
 		log:   c.Logger.With("role", c.Role, "key", c.Key),
 		notes: make(chan *pgconn.Notification, 16)}
 	r.mainCfg, r.fenceCfg = c.sessionConfigs(r.onNotification)
@@ -65,7 +65,7 @@ type runner struct {
 
 // sessions are one connection attempt's two server sessions: the lease
 // session, which waits for and holds the key, and the stop fence session,
-// which holds the key's fence while work runs (see locks.FenceKey).
+// which holds the key's fence while work runs (see locks.Key.Fence).
 type sessions struct {
 	main, fenceConn *pgx.Conn
 	info, fenceInfo dbconn.ServerInfo

@@ -25,7 +25,7 @@ type Session struct {
 	// BackendPID is the server process that holds the key.
 	BackendPID uint32
 	// FenceBackendPID is the server process of the stop fence session,
-	// which holds the key's fence (locks.FenceKey) until work has stopped.
+	// which holds the key's fence (locks.Key.Fence) until work has stopped.
 	FenceBackendPID uint32
 	// Since is when work was started.
 	Since time.Time

@@ -16,7 +16,7 @@ import (
 )
 
 // Name is how messages name the lease: its role, else "key K".
-func (l Lease) Name() string {
+func (l RoleLocks) Name() string {
 	if l.Role != "" {
 		return l.Role
 	}
@@ -25,7 +25,7 @@ func (l Lease) Name() string {
 
 // Describe names a session in one line, "pid 6330 (poller-a,
 // 10.0.4.17:54646)", leaving out what the server withheld.
-func (s Session) Describe() string {
+func (s Claimant) Describe() string {
 	if s.Prepared != nil {
 		return fmt.Sprintf("prepared transaction %q", s.Prepared.GID)
 	}
@@ -55,10 +55,10 @@ type Target struct {
 	// likely the pooler's server connections too, and terminating one ends
 	// that server connection, not the worker's own client connection.
 	ViaProxy bool
-	// Lease is the key, its role and its holders and waiters.
-	Lease Lease
+	// Locks are the key, its role and its holders and waiters.
+	Locks RoleLocks
 	// Holder is the session to terminate.
-	Holder Session
+	Holder Claimant
 	// Now is the server's clock at the lookup, for the holder's ages.
 	Now time.Time
 }
@@ -66,7 +66,7 @@ type Target struct {
 // FindTarget looks up the server and the holder of key in one connection;
 // roles name the key after its role. It refuses what a forced failover
 // cannot or must not act on (see [NewTarget]).
-func FindTarget(ctx context.Context, conn *pgx.Conn, key Key, roles []Role) (*Target, error) {
+func FindTarget(ctx context.Context, conn *pgx.Conn, key Key, roles map[int64]string) (*Target, error) {
 	server, err := dbconn.Server(ctx, conn)
 	if err != nil {
 		return nil, err
@@ -75,7 +75,7 @@ func FindTarget(ctx context.Context, conn *pgx.Conn, key Key, roles []Role) (*Ta
 	if err != nil {
 		return nil, err
 	}
-	t, err := NewTarget(server, snap.Leases(roles, []Key{key}, false)[0], snap.Now)
+	t, err := NewTarget(server, snap.ByRole(roles, []Key{key}, false)[0], snap.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +89,7 @@ func FindTarget(ctx context.Context, conn *pgx.Conn, key Key, roles []Role) (*Ta
 // ([ErrNotALease] for shared holders and prepared transactions), and that
 // backend must not be the one answering (through a transaction pooler it
 // can be: [ErrOwnSession]).
-func NewTarget(server dbconn.ServerInfo, lease Lease, now time.Time) (*Target, error) {
+func NewTarget(server dbconn.ServerInfo, lease RoleLocks, now time.Time) (*Target, error) {
 	name := lease.Name()
 	h, held := lease.Holder()
 	switch {
@@ -106,7 +106,7 @@ func NewTarget(server dbconn.ServerInfo, lease Lease, now time.Time) (*Target, e
 		return nil, fmt.Errorf("refusing to terminate pid %d, which holds %s: %w (a pooler lent it to leasectl); connect to the server directly, not through the pooler",
 			h.PID, name, ErrOwnSession)
 	}
-	return &Target{Server: server, Lease: lease, Holder: h, Now: now}, nil
+	return &Target{Server: server, Locks: lease, Holder: h, Now: now}, nil
 }
 
 // FailoverOptions configure [Target.Failover].
@@ -199,23 +199,23 @@ func (t *Target) Failover(ctx context.Context, conn *pgx.Conn, o FailoverOptions
 			return res, nil
 		case res.Resign.Released:
 			res.Path = PathGraceful
-			return res, fmt.Errorf("%s: %w", t.Lease.Name(), err)
+			return res, fmt.Errorf("%s: %w", t.Locks.Name(), err)
 		case ctx.Err() != nil:
 			return nil, ctx.Err()
 		}
 		res.Resign.Fallback = err.Error()
 	}
 	res.Path = PathTerminate
-	term, err := Terminate(ctx, conn, t.Lease.Key, t.Holder, o.TerminateTimeout)
+	term, err := Terminate(ctx, conn, t.Locks.Key, t.Holder, o.TerminateTimeout)
 	if err != nil {
-		return nil, fmt.Errorf("fail over %s: %w", t.Lease.Name(), err)
+		return nil, fmt.Errorf("fail over %s: %w", t.Locks.Name(), err)
 	}
 	res.Termination = &term
-	tk, err := AwaitTakeover(ctx, conn, t.Lease.Key, t.Holder, term, AwaitOptions{
+	tk, err := AwaitTakeover(ctx, conn, t.Locks.Key, t.Holder, term, AwaitOptions{
 		Within: o.Wait, Poll: o.Poll, ReadTimeout: o.TerminateTimeout,
 	})
 	if err != nil {
-		return res, fmt.Errorf("%s: %w", t.Lease.Name(), err)
+		return res, fmt.Errorf("%s: %w", t.Locks.Name(), err)
 	}
 	res.Takeover = &tk
 	return res, nil
@@ -226,10 +226,10 @@ func (t *Target) Failover(ctx context.Context, conn *pgx.Conn, o FailoverOptions
 // should terminate instead (wrapping ErrNoResignAnswer), unless rs.Released:
 // then the key was released and only the takeover failed.
 func (t *Target) resign(ctx context.Context, conn *pgx.Conn, o FailoverOptions, rs *Resignation) (Takeover, error) {
-	if t.Lease.Key.Form != Bigint {
-		return Takeover{}, fmt.Errorf("%w: leases hold bigint keys, and %s is in the two-int4 form", ErrNoResignAnswer, t.Lease.Key)
+	if t.Locks.Key.Form != Bigint {
+		return Takeover{}, fmt.Errorf("%w: leases hold bigint keys, and %s is in the two-int4 form", ErrNoResignAnswer, t.Locks.Key)
 	}
-	key := t.Lease.Key.ID
+	key := t.Locks.Key.ID
 	id, err := nonce()
 	if err != nil {
 		return Takeover{}, err
@@ -276,20 +276,20 @@ func (t *Target) resign(ctx context.Context, conn *pgx.Conn, o FailoverOptions, 
 	// time it announced, plus the timeout, and then o.Wait for a stand-by.
 	releaseBy := rs.Sent.Add(time.Duration(rs.Ack.StopTimeoutMS)*time.Millisecond + o.TerminateTimeout)
 	var takeoverBy time.Time
-	f := Filter{Keys: []Key{t.Lease.Key}}
+	f := Filter{Keys: []Key{t.Locks.Key}}
 	for polls := 1; ; polls++ {
 		rctx, cancel := context.WithTimeout(ctx, o.TerminateTimeout)
 		snap, err := Read(rctx, conn, f)
 		cancel()
 		if err != nil {
 			if rs.Released {
-				return Takeover{}, fmt.Errorf("wait for a new holder of key %s: %w", t.Lease.Key, err)
+				return Takeover{}, fmt.Errorf("wait for a new holder of key %s: %w", t.Locks.Key, err)
 			}
 			return Takeover{}, fmt.Errorf("%w: watch the key: %v", ErrNoResignAnswer, err)
 		}
 		seen := time.Now()
 		held := false
-		for _, h := range snap.Find(t.Lease.Key).Holders {
+		for _, h := range snap.Find(t.Locks.Key).Holders {
 			if IsTakeover(t.Holder, h) {
 				if !rs.Released {
 					rs.Released, rs.ReleaseTook = true, seen.Sub(rs.Sent)
@@ -308,7 +308,7 @@ func (t *Target) resign(ctx context.Context, conn *pgx.Conn, o FailoverOptions, 
 		case !rs.Released && !seen.Before(releaseBy):
 			return Takeover{}, fmt.Errorf("%w: pid %d answered, but still held the key %s after the request (its announced stop time plus --timeout)", ErrNoResignAnswer, t.Holder.PID, releaseBy.Sub(rs.Sent).Round(time.Millisecond))
 		case rs.Released && !seen.Before(takeoverBy):
-			return Takeover{}, fmt.Errorf("key %s: %w within %s of pid %d stepping down", t.Lease.Key, ErrNoTakeover, o.Wait, t.Holder.PID)
+			return Takeover{}, fmt.Errorf("key %s: %w within %s of pid %d stepping down", t.Locks.Key, ErrNoTakeover, o.Wait, t.Holder.PID)
 		}
 		select {
 		case <-ctx.Done():

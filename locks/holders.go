@@ -12,69 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// KeyForm says which of the two advisory key forms a [Key] is.
-type KeyForm uint8
-
-const (
-	// Bigint is pg_advisory_lock(bigint): pg_locks objsubid 1.
-	Bigint KeyForm = 1
-	// Pair is pg_advisory_lock(int4, int4): pg_locks objsubid 2.
-	Pair KeyForm = 2
-)
-
-// Key is an advisory key in either form. For the bigint form ID is the key
-// itself; for the two-int4 form ID is the same 64 bits, k1 high and k2 low,
-// so that a Key is comparable and can index a map.
-type Key struct {
-	Form KeyForm
-	ID   int64
-}
-
-// BigintKey is the Key of pg_advisory_lock(k).
-func BigintKey(k int64) Key { return Key{Form: Bigint, ID: k} }
-
-// PairKeyOf is the Key of pg_advisory_lock(p.K1, p.K2).
-func PairKeyOf(p PairKey) Key {
-	return Key{Form: Pair, ID: Join(uint32(p.K1), uint32(p.K2))}
-}
-
-// Pair returns the two-int4 form of k; meaningful when k.Form is Pair.
-func (k Key) Pair() PairKey { return PairFromLocks(Split(k.ID)) }
-
-// String renders k the way leasectl prints and parses it: "k" for the
-// bigint form, "k1,k2" for the pair form.
-func (k Key) String() string {
-	if k.Form == Pair {
-		return k.Pair().String()
-	}
-	return fmt.Sprint(k.ID)
-}
-
-// ParseAnyKey parses "k" (a bigint key) or "k1,k2" (a two-int4 key).
-func ParseAnyKey(s string) (Key, error) {
-	if a, b, ok := strings.Cut(s, ","); ok {
-		k1, err1 := ParseKey(strings.TrimSpace(a))
-		k2, err2 := ParseKey(strings.TrimSpace(b))
-		if err1 != nil || err2 != nil || int64(int32(k1)) != k1 || int64(int32(k2)) != k2 {
-			return Key{}, fmt.Errorf("%q is not a two-int4 key: use k1,k2 with both in the int4 range", s)
-		}
-		return PairKeyOf(PairKey{K1: int32(k1), K2: int32(k2)}), nil
-	}
-	k, err := ParseKey(s)
-	if err != nil {
-		return Key{}, err
-	}
-	return BigintKey(k), nil
-}
-
-// Session is one holder or waiter of an advisory key: the pg_locks row
+// Claimant is one holder or waiter of an advisory key: the pg_locks row
 // joined with the pg_stat_activity row of its backend, or with the
 // pg_prepared_xacts row when a prepared transaction holds the lock.
 //
 // Zero times and empty strings mean the server gave no value; whether that is
 // because the value is empty or because it is hidden from this role is told
 // by Hidden and Gone, never guessed from the empty value.
-type Session struct {
+type Claimant struct {
 	// PID is the server process id. It is 0 (pg_locks.pid is NULL) when a
 	// prepared transaction holds or awaits the lock; Prepared then says which.
 	PID int32
@@ -134,7 +79,7 @@ type PreparedXact struct {
 // starts with "idle", the time since its last state change; for a prepared
 // transaction, the time since it was prepared. ok is false when the server
 // did not say (hidden, gone) or the session is not idle.
-func (s Session) Idle(now time.Time) (d time.Duration, ok bool) {
+func (s Claimant) Idle(now time.Time) (d time.Duration, ok bool) {
 	switch {
 	case s.Prepared != nil && !s.Prepared.PreparedAt.IsZero():
 		return max(now.Sub(s.Prepared.PreparedAt), 0), true
@@ -149,46 +94,46 @@ func (s Session) Idle(now time.Time) (d time.Duration, ok bool) {
 // few heartbeat periods is hung, or the lock is stranded on a pooled server
 // connection whose client left (or held by a forgotten prepared
 // transaction). A session whose state is hidden is never called stale.
-func (s Session) Stale(now time.Time, after time.Duration) bool {
+func (s Claimant) Stale(now time.Time, after time.Duration) bool {
 	d, ok := s.Idle(now)
 	return ok && d > after
 }
 
 // Waited reports how long waiter s has waited at now; ok is false when the
 // server does not say (holders, PostgreSQL before 14).
-func (s Session) Waited(now time.Time) (d time.Duration, ok bool) {
+func (s Claimant) Waited(now time.Time) (d time.Duration, ok bool) {
 	if s.Granted || s.WaitStart.IsZero() {
 		return 0, false
 	}
 	return max(now.Sub(s.WaitStart), 0), true
 }
 
-// Locks are the holders and waiters of one advisory key.
-type Locks struct {
+// KeyLocks are the holders and waiters of one advisory key.
+type KeyLocks struct {
 	Key Key
 	// Holders hold the key: one session for an exclusive lock, possibly
 	// several for shared locks. A session that took the key several times
 	// appears once (pg_locks shows stacked holds as one row).
-	Holders []Session
+	Holders []Claimant
 	// Waiters are blocked in pg_advisory_lock for the key, longest waiting
 	// first where the server says.
-	Waiters []Session
+	Waiters []Claimant
 }
 
 // Held reports whether anyone holds the key.
-func (l Locks) Held() bool { return len(l.Holders) > 0 }
+func (l KeyLocks) Held() bool { return len(l.Holders) > 0 }
 
-// State is the summary state of a key: held or free.
-type State string
+// KeyState is the summary state of a key: held or free.
+type KeyState string
 
 // The states of a key, as `leasectl who` prints them.
 const (
-	Held State = "HELD"
-	Free State = "FREE"
+	Held KeyState = "HELD"
+	Free KeyState = "FREE"
 )
 
 // State says whether the key is held; len(Waiters) says how many wait.
-func (l Locks) State() State {
+func (l KeyLocks) State() KeyState {
 	if l.Held() {
 		return Held
 	}
@@ -198,9 +143,9 @@ func (l Locks) State() State {
 // Holder returns the holder of the key (the first one, for shared locks),
 // and false when the key is free. Forced failover uses its PID and
 // BackendStart to terminate exactly that backend.
-func (l Locks) Holder() (Session, bool) {
+func (l KeyLocks) Holder() (Claimant, bool) {
 	if len(l.Holders) == 0 {
-		return Session{}, false
+		return Claimant{}, false
 	}
 	return l.Holders[0], true
 }
@@ -213,17 +158,17 @@ type Snapshot struct {
 	Now time.Time
 	// Keys are the keys with at least one holder or waiter, ordered by form
 	// and key.
-	Keys []Locks
+	Keys []KeyLocks
 }
 
 // Find returns the holders and waiters of k; a free key yields an empty
-// Locks for k.
-func (s *Snapshot) Find(k Key) Locks {
-	i, ok := slices.BinarySearchFunc(s.Keys, k, func(l Locks, k Key) int { return compareKeys(l.Key, k) })
+// KeyLocks for k.
+func (s *Snapshot) Find(k Key) KeyLocks {
+	i, ok := slices.BinarySearchFunc(s.Keys, k, func(l KeyLocks, k Key) int { return compareKeys(l.Key, k) })
 	if ok {
 		return s.Keys[i]
 	}
-	return Locks{Key: k}
+	return KeyLocks{Key: k}
 }
 
 func compareKeys(a, b Key) int {
@@ -247,7 +192,7 @@ type Querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-// HoldersSQL reads the advisory locks of the current database, one row per
+// holdersSQL reads the advisory locks of the current database, one row per
 // holder or waiter, in one round trip: pg_locks LEFT JOIN pg_stat_activity
 // and, for a lock without pid, the prepared transaction that holds it,
 // found through its own transactionid lock, which carries the same
@@ -259,7 +204,7 @@ type Querier interface {
 // with NULL key columns when nothing matches, so the server's clock always
 // comes back. waitstart is read through to_jsonb so that the query also
 // runs on servers older than PostgreSQL 14, which lack the column.
-const HoldersSQL = `WITH px AS (
+const holdersSQL = `WITH px AS (
   SELECT t.virtualtransaction, p.gid, p.prepared, p.owner
   FROM pg_prepared_xacts p
   JOIN pg_locks t ON t.locktype = 'transactionid' AND t.transactionid = p.transaction AND t.pid IS NULL AND t.granted
@@ -286,8 +231,9 @@ LEFT JOIN (
 ) k ON true
 ORDER BY k.objsubid, k.key, k.granted DESC, k.waitstart NULLS LAST, k.pid NULLS FIRST`
 
-// Args returns the parameters of [HoldersSQL] for f.
-func (f Filter) Args() []any {
+// Query returns the statement [Read] runs for f and its parameters: what a
+// benchmark hands to psql to compare like with like.
+func (f Filter) Query() (sql string, args []any) {
 	bigints, pairs := []int64{}, []int64{}
 	for _, k := range f.Keys {
 		if k.Form == Pair {
@@ -296,15 +242,16 @@ func (f Filter) Args() []any {
 			bigints = append(bigints, k.ID)
 		}
 	}
-	return []any{f.All, bigints, pairs}
+	return holdersSQL, []any{f.All, bigints, pairs}
 }
 
 // Read returns the holders and waiters of the advisory locks that f selects
-// in the current database, in one query (one round trip). Locks are per
+// in the current database, in one query (one round trip). Advisory locks are per
 // database: a key held in another database is a different lock and is not
 // returned. On a standby the locks are the standby's own.
 func Read(ctx context.Context, q Querier, f Filter) (*Snapshot, error) {
-	rows, err := q.Query(ctx, HoldersSQL, f.Args()...)
+	sql, args := f.Query()
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read advisory locks from pg_locks: %w", err)
 	}
@@ -332,7 +279,7 @@ func Read(ctx context.Context, q Querier, f Filter) (*Snapshot, error) {
 		if !key.Valid {
 			continue // the lone row of the outer join: no lock matched
 		}
-		s := Session{
+		s := Claimant{
 			PID:          pid.Int32,
 			Granted:      granted.Bool,
 			Shared:       mode.String == "ShareLock",
@@ -354,7 +301,7 @@ func Read(ctx context.Context, q Querier, f Filter) (*Snapshot, error) {
 		}
 		k := Key{Form: KeyForm(objsubid.Int16), ID: key.Int64}
 		if n := len(snap.Keys); n == 0 || snap.Keys[n-1].Key != k {
-			snap.Keys = append(snap.Keys, Locks{Key: k})
+			snap.Keys = append(snap.Keys, KeyLocks{Key: k})
 		}
 		l := &snap.Keys[len(snap.Keys)-1]
 		if s.Granted {
@@ -372,22 +319,16 @@ func Read(ctx context.Context, q Querier, f Filter) (*Snapshot, error) {
 	return snap, nil
 }
 
-// Role is a named key of the role map (keys.yaml).
-type Role struct {
-	Name string
-	Key  int64
-}
-
-// Lease is one line of `leasectl who`: a key, the role it belongs to, and
+// RoleLocks is one line of `leasectl who`: a key, the role it belongs to, and
 // who holds and awaits it.
-type Lease struct {
+type RoleLocks struct {
 	// Role is the role name of the key in the role map; empty for a key
 	// that no role uses (and for every two-int4 key).
 	Role string
 	// Requested is true for the keys asked for, false for the other locked
 	// keys that Leases added.
 	Requested bool
-	Locks
+	KeyLocks
 }
 
 // Health is the verdict on one lease.
@@ -404,7 +345,7 @@ const (
 
 // Stale reports whether the lease is held and every holder has been idle
 // longer than after: nobody alive is leading.
-func (l Lease) Stale(now time.Time, after time.Duration) bool {
+func (l RoleLocks) Stale(now time.Time, after time.Duration) bool {
 	if !l.Held() {
 		return false
 	}
@@ -418,7 +359,7 @@ func (l Lease) Stale(now time.Time, after time.Duration) bool {
 
 // Health says whether the lease has a live leader at now: what `who
 // --check` gates on.
-func (l Lease) Health(now time.Time, staleAfter time.Duration) Health {
+func (l RoleLocks) Health(now time.Time, staleAfter time.Duration) Health {
 	switch {
 	case !l.Held():
 		return NoHolder
@@ -428,28 +369,29 @@ func (l Lease) Health(now time.Time, staleAfter time.Duration) Health {
 	return Healthy
 }
 
-// Leases lays the snapshot out as leases: first one per key of want, in
-// that order, free ones included; then, when others is true, every other
-// locked key that no role of roles uses, ordered by form and key. Each
-// bigint key is named after the role of roles that uses it.
-func (s *Snapshot) Leases(roles []Role, want []Key, others bool) []Lease {
+// ByRole lays the snapshot out as `leasectl who` shows it: first one line
+// per key of want, in that order, free ones included; then, when others is
+// true, every other locked key that no role uses, ordered by form and key.
+// roles maps each bigint role key to its role name (the role map's
+// keys.File.NamesByKey); each line is named after its key's role.
+func (s *Snapshot) ByRole(roles map[int64]string, want []Key, others bool) []RoleLocks {
 	names := make(map[Key]string, len(roles))
-	for _, r := range roles {
-		names[BigintKey(r.Key)] = r.Name
+	for k, name := range roles {
+		names[BigintKey(k)] = name
 	}
-	out := make([]Lease, 0, len(want))
+	out := make([]RoleLocks, 0, len(want))
 	seen := make(map[Key]bool, len(want))
 	for _, k := range want {
 		if seen[k] {
 			continue
 		}
 		seen[k] = true
-		out = append(out, Lease{Role: names[k], Requested: true, Locks: s.Find(k)})
+		out = append(out, RoleLocks{Role: names[k], Requested: true, KeyLocks: s.Find(k)})
 	}
 	if others {
 		for _, l := range s.Keys {
 			if _, known := names[l.Key]; !known && !seen[l.Key] {
-				out = append(out, Lease{Locks: l})
+				out = append(out, RoleLocks{KeyLocks: l})
 			}
 		}
 	}
@@ -458,7 +400,7 @@ func (s *Snapshot) Leases(roles []Role, want []Key, others bool) []Lease {
 
 // AnyHidden reports whether the server withheld some session's details
 // from this role.
-func AnyHidden(leases []Lease) bool {
+func AnyHidden(leases []RoleLocks) bool {
 	for _, l := range leases {
 		for _, s := range slices.Concat(l.Holders, l.Waiters) {
 			if s.Hidden {
@@ -470,7 +412,7 @@ func AnyHidden(leases []Lease) bool {
 }
 
 // RevealGrant is the statement that lets role see other roles' sessions,
-// whose details the server withholds otherwise (see Session.Hidden).
+// whose details the server withholds otherwise (see Claimant.Hidden).
 func RevealGrant(role string) string { return grantTo("pg_read_all_stats", role) }
 
 // grantTo is the statement that grants the predefined role privilege to

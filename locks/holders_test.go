@@ -145,7 +145,7 @@ func TestPairKeysAreTheirOwnForm(t *testing.T) {
 	observer := pgtest.Conn(t, testLab.DirectDSN(), "observer")
 	pgtest.Exec(t, holder, "SELECT pg_advisory_lock(-7, 9)")
 	t.Cleanup(func() { _, _ = holder.Exec(ctx, "SELECT pg_advisory_unlock(-7, 9)") })
-	pair := locks.PairKeyOf(locks.PairKey{K1: -7, K2: 9})
+	pair := locks.PairOf(-7, 9)
 	if pair.String() != "-7,9" {
 		t.Fatalf("pair key renders as %q", pair)
 	}
@@ -194,7 +194,7 @@ func TestStaleHolder(t *testing.T) {
 	t.Cleanup(func() { _, _ = locks.Unlock(ctx, holder, key) })
 	time.Sleep(2 * time.Second) // let the holder idle past a 1 s threshold
 	snap := read(t, observer, locks.Filter{Keys: []locks.Key{locks.BigintKey(key)}})
-	lease := snap.Leases(nil, []locks.Key{locks.BigintKey(key)}, false)[0]
+	lease := snap.ByRole(nil, []locks.Key{locks.BigintKey(key)}, false)[0]
 	if got := lease.Health(snap.Now, time.Second); got != locks.StaleHolder {
 		t.Errorf("health with a 1s threshold after 2s idle = %v, want StaleHolder", got)
 	}
@@ -223,7 +223,7 @@ func TestOtherRolesSessionsAreHiddenWithoutReadAllStats(t *testing.T) {
 	if h.Stale(snap.Now, 0) {
 		t.Errorf("a hidden holder must never be called stale")
 	}
-	if !locks.AnyHidden(snap.Leases(nil, []locks.Key{locks.BigintKey(key)}, false)) {
+	if !locks.AnyHidden(snap.ByRole(nil, []locks.Key{locks.BigintKey(key)}, false)) {
 		t.Errorf("AnyHidden = false")
 	}
 	if o, ok := snap.Find(locks.BigintKey(own)).Holder(); !ok || o.Hidden || o.User != role || o.BackendStart.IsZero() {

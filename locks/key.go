@@ -3,43 +3,91 @@ package locks
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
-// Split returns the classid and objid under which pg_locks shows the bigint
-// advisory key k (objsubid 1).
-func Split(k int64) (classid, objid uint32) {
-	return uint32(uint64(k) >> 32), uint32(uint64(k))
+// KeyForm says which of the two advisory key forms a [Key] is.
+type KeyForm uint8
+
+const (
+	// Bigint is pg_advisory_lock(bigint): pg_locks objsubid 1.
+	Bigint KeyForm = 1
+	// Pair is pg_advisory_lock(int4, int4): pg_locks objsubid 2.
+	Pair KeyForm = 2
+)
+
+// Key is an advisory key in either form; it is the one type leasectl uses
+// for a key. For the bigint form ID is the key itself; for the two-int4 form
+// ID is the same 64 bits, k1 high and k2 low, so that a Key is comparable
+// and can index a map. Build one with [BigintKey], [PairOf], [ParseKey] or
+// [KeyFromLockTag].
+type Key struct {
+	Form KeyForm
+	ID   int64
 }
 
-// Join rebuilds a bigint advisory key from pg_locks' classid and objid; it is
-// the inverse of Split for every int64, negative ones included.
-func Join(classid, objid uint32) int64 {
-	return int64(uint64(classid)<<32 | uint64(objid))
+// BigintKey is the key of pg_advisory_lock(k).
+func BigintKey(k int64) Key { return Key{Form: Bigint, ID: k} }
+
+// PairOf is the key of pg_advisory_lock(k1, k2).
+func PairOf(k1, k2 int32) Key {
+	return Key{Form: Pair, ID: int64(uint64(uint32(k1))<<32 | uint64(uint32(k2)))}
 }
 
-// PairKey is the two-int4 form of an advisory key, pg_advisory_lock(k1, k2),
-// which pg_locks shows with objsubid 2.
-type PairKey struct {
-	K1, K2 int32
+// KeyFromLockTag rebuilds a key from the pg_locks columns that show it:
+// classid, objid and objsubid (1 for the bigint form, 2 for the pair).
+// It is the inverse of [Key.LockTag] for every key, negative ones included.
+func KeyFromLockTag(classid, objid uint32, objsubid int16) Key {
+	return Key{Form: KeyForm(objsubid), ID: int64(uint64(classid)<<32 | uint64(objid))}
 }
 
-// PairFromLocks rebuilds the two-int4 key from pg_locks' classid and objid.
-func PairFromLocks(classid, objid uint32) PairKey {
-	return PairKey{K1: int32(classid), K2: int32(objid)}
+// LockTag returns the classid and objid under which pg_locks shows k; its
+// objsubid is k.Form.
+func (k Key) LockTag() (classid, objid uint32) {
+	return uint32(uint64(k.ID) >> 32), uint32(uint64(k.ID))
 }
 
-// String renders the pair as "k1,k2", the way leasectl prints it.
-func (p PairKey) String() string {
-	return strconv.Itoa(int(p.K1)) + "," + strconv.Itoa(int(p.K2))
+// Int4s returns the two halves of k as signed int4s: the arguments of
+// pg_advisory_lock(k1, k2) for the pair form.
+func (k Key) Int4s() (k1, k2 int32) {
+	c, o := k.LockTag()
+	return int32(c), int32(o)
 }
 
-// ParseKey parses a bigint advisory key given as a decimal integer.
-func ParseKey(s string) (int64, error) {
+// Fence is the stop fence of the bigint key k: the same 64 bits in the
+// two-int4 form (pg_advisory_lock(k1, k2), objsubid 2), a lock of its own
+// that no bigint role key can collide with. A leader holds it on a second
+// session from before its work starts until that work has stopped, so that
+// a new leader, which must take it too, never starts while the old work
+// still runs, even when the server ends the old leader's lease session at
+// once (pg_terminate_backend).
+func (k Key) Fence() Key { return Key{Form: Pair, ID: k.ID} }
+
+// String renders k the way leasectl prints and parses it: "k" for the
+// bigint form, "k1,k2" for the pair form.
+func (k Key) String() string {
+	if k.Form == Pair {
+		k1, k2 := k.Int4s()
+		return strconv.Itoa(int(k1)) + "," + strconv.Itoa(int(k2))
+	}
+	return strconv.FormatInt(k.ID, 10)
+}
+
+// ParseKey parses "k" (a bigint key, decimal) or "k1,k2" (a two-int4 key).
+func ParseKey(s string) (Key, error) {
+	if a, b, ok := strings.Cut(s, ","); ok {
+		k1, err1 := strconv.ParseInt(strings.TrimSpace(a), 10, 32)
+		k2, err2 := strconv.ParseInt(strings.TrimSpace(b), 10, 32)
+		if err1 != nil || err2 != nil {
+			return Key{}, fmt.Errorf("%q is not a two-int4 key: use k1,k2 with both in the int4 range", s)
+		}
+		return PairOf(int32(k1), int32(k2)), nil
+	}
 	k, err := strconv.ParseInt(s, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a 64-bit integer key", s)
+		return Key{}, fmt.Errorf("%q is not a 64-bit integer key", s)
 	}
-	return k, nil
+	return BigintKey(k), nil
 }
 
 // DefaultProbeKey is the advisory key `leasectl probe` takes by default:

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-func TestParseAnyKey(t *testing.T) {
+func TestParseKey(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
 		want Key
@@ -13,19 +13,19 @@ func TestParseAnyKey(t *testing.T) {
 	}{
 		{"42", BigintKey(42), true},
 		{"-9223372036854775808", BigintKey(-1 << 63), true},
-		{"1,2", PairKeyOf(PairKey{1, 2}), true},
-		{"-1, -2", PairKeyOf(PairKey{-1, -2}), true},
+		{"1,2", PairOf(1, 2), true},
+		{"-1, -2", PairOf(-1, -2), true},
 		{"2147483648,1", Key{}, false},
 		{"1,x", Key{}, false},
 		{"poller", Key{}, false},
 		{"9223372036854775808", Key{}, false},
 	} {
-		got, err := ParseAnyKey(tc.in)
+		got, err := ParseKey(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
-			t.Errorf("ParseAnyKey(%q) = %v, %v; want %v ok=%v", tc.in, got, err, tc.want, tc.ok)
+			t.Errorf("ParseKey(%q) = %v, %v; want %v ok=%v", tc.in, got, err, tc.want, tc.ok)
 		}
 	}
-	if s := PairKeyOf(PairKey{-1, 7}).String(); s != "-1,7" {
+	if s := PairOf(-1, 7).String(); s != "-1,7" {
 		t.Errorf("pair renders as %q", s)
 	}
 }
@@ -36,16 +36,16 @@ func TestStaleness(t *testing.T) {
 	const after = 45 * time.Second
 	for _, tc := range []struct {
 		name  string
-		s     Session
+		s     Claimant
 		stale bool
 	}{
-		{"idle past the threshold", Session{PID: 1, State: "idle", StateChange: ago(time.Minute)}, true},
-		{"idle within the threshold", Session{PID: 1, State: "idle", StateChange: ago(10 * time.Second)}, false},
-		{"idle in transaction past it", Session{PID: 1, State: "idle in transaction", StateChange: ago(time.Hour)}, true},
-		{"active for long is working, not hung", Session{PID: 1, State: "active", StateChange: ago(time.Hour)}, false},
-		{"hidden state is unknown, not stale", Session{PID: 1, Hidden: true}, false},
-		{"old prepared transaction", Session{Prepared: &PreparedXact{GID: "x", PreparedAt: ago(time.Hour)}}, true},
-		{"fresh prepared transaction", Session{Prepared: &PreparedXact{GID: "x", PreparedAt: ago(time.Second)}}, false},
+		{"idle past the threshold", Claimant{PID: 1, State: "idle", StateChange: ago(time.Minute)}, true},
+		{"idle within the threshold", Claimant{PID: 1, State: "idle", StateChange: ago(10 * time.Second)}, false},
+		{"idle in transaction past it", Claimant{PID: 1, State: "idle in transaction", StateChange: ago(time.Hour)}, true},
+		{"active for long is working, not hung", Claimant{PID: 1, State: "active", StateChange: ago(time.Hour)}, false},
+		{"hidden state is unknown, not stale", Claimant{PID: 1, Hidden: true}, false},
+		{"old prepared transaction", Claimant{Prepared: &PreparedXact{GID: "x", PreparedAt: ago(time.Hour)}}, true},
+		{"fresh prepared transaction", Claimant{Prepared: &PreparedXact{GID: "x", PreparedAt: ago(time.Second)}}, false},
 	} {
 		if got := tc.s.Stale(now, after); got != tc.stale {
 			t.Errorf("%s: stale = %v, want %v", tc.name, got, tc.stale)
@@ -55,20 +55,20 @@ func TestStaleness(t *testing.T) {
 
 func TestLeaseHealth(t *testing.T) {
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	fresh := Session{PID: 1, Granted: true, State: "idle", StateChange: now.Add(-time.Second)}
-	stale := Session{PID: 2, Granted: true, State: "idle", StateChange: now.Add(-time.Hour)}
+	fresh := Claimant{PID: 1, Granted: true, State: "idle", StateChange: now.Add(-time.Second)}
+	stale := Claimant{PID: 2, Granted: true, State: "idle", StateChange: now.Add(-time.Hour)}
 	for _, tc := range []struct {
 		name    string
-		holders []Session
+		holders []Claimant
 		want    Health
 	}{
 		{"free", nil, NoHolder},
-		{"fresh holder", []Session{fresh}, Healthy},
-		{"stale holder", []Session{stale}, StaleHolder},
-		{"one live shared holder is enough", []Session{stale, fresh}, Healthy},
-		{"hidden holder passes", []Session{{PID: 3, Granted: true, Hidden: true}}, Healthy},
+		{"fresh holder", []Claimant{fresh}, Healthy},
+		{"stale holder", []Claimant{stale}, StaleHolder},
+		{"one live shared holder is enough", []Claimant{stale, fresh}, Healthy},
+		{"hidden holder passes", []Claimant{{PID: 3, Granted: true, Hidden: true}}, Healthy},
 	} {
-		l := Lease{Locks: Locks{Key: BigintKey(1), Holders: tc.holders}}
+		l := RoleLocks{KeyLocks: KeyLocks{Key: BigintKey(1), Holders: tc.holders}}
 		if got := l.Health(now, 45*time.Second); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
@@ -76,11 +76,11 @@ func TestLeaseHealth(t *testing.T) {
 }
 
 func TestLeasesLayout(t *testing.T) {
-	roles := []Role{{"poller", 10}, {"scheduler", 20}, {"reconciler", 30}}
-	held := func(k Key) Locks { return Locks{Key: k, Holders: []Session{{PID: 1, Granted: true}}} }
-	snap := &Snapshot{Keys: []Locks{
+	roles := map[int64]string{10: "poller", 20: "scheduler", 30: "reconciler"}
+	held := func(k Key) KeyLocks { return KeyLocks{Key: k, Holders: []Claimant{{PID: 1, Granted: true}}} }
+	snap := &Snapshot{Keys: []KeyLocks{
 		held(BigintKey(-5)), held(BigintKey(10)), held(BigintKey(30)), held(BigintKey(99)),
-		held(PairKeyOf(PairKey{0, 10})),
+		held(PairOf(0, 10)),
 	}}
 	type row struct {
 		role      string
@@ -88,7 +88,7 @@ func TestLeasesLayout(t *testing.T) {
 		held      bool
 		requested bool
 	}
-	got := func(ls []Lease) []row {
+	got := func(ls []RoleLocks) []row {
 		var out []row
 		for _, l := range ls {
 			out = append(out, row{l.Role, l.Key.String(), l.Held(), l.Requested})
@@ -111,7 +111,7 @@ func TestLeasesLayout(t *testing.T) {
 		{"narrowed with others: other roles' keys stay out", []Key{BigintKey(20)}, true,
 			[]row{{"scheduler", "20", false, true}, {"", "-5", true, false}, {"", "99", true, false}, {"", "0,10", true, false}}},
 	} {
-		rows := got(snap.Leases(roles, tc.want, tc.others))
+		rows := got(snap.ByRole(roles, tc.want, tc.others))
 		if len(rows) != len(tc.rows) {
 			t.Errorf("%s: got %v, want %v", tc.name, rows, tc.rows)
 			continue

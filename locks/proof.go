@@ -30,11 +30,11 @@ type Hold struct {
 	PID uint32
 }
 
-// ProofSQL reads a Proof in one statement: $1, $2 and $3 are the key's
+// proofSQL reads a Proof in one statement: $1, $2 and $3 are the key's
 // classid, objid and objsubid as pg_locks shows them; $4 to $7 the other
 // hold's, with its backend pid ($7 = 0 when there is none). It reads
 // pg_locks once.
-const ProofSQL = `WITH held AS (
+const proofSQL = `WITH held AS (
   SELECT pid, classid, objid, objsubid FROM pg_locks
    WHERE locktype = 'advisory' AND granted
      AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))
@@ -45,19 +45,19 @@ SELECT pg_backend_pid(),
                   AND classid = $4::bigint::oid AND objid = $5::bigint::oid AND objsubid = $6::int2),
        ` + dbconn.IdentityColumns
 
-// Prove runs ProofSQL on conn for key, held by the backend that runs it,
+// Prove runs proofSQL on conn for key, held by the backend that runs it,
 // and for also when it is not nil: one round trip.
 func Prove(ctx context.Context, conn *pgx.Conn, key Key, also *Hold) (Proof, error) {
 	var p Proof
-	classid, objid := Split(key.ID)
+	classid, objid := key.LockTag()
 	var aClassid, aObjid uint32
 	var aForm int16
 	var aPID int32
 	if also != nil {
-		aClassid, aObjid = Split(also.Key.ID)
+		aClassid, aObjid = also.Key.LockTag()
 		aForm, aPID = int16(also.Key.Form), int32(also.PID)
 	}
-	if err := conn.QueryRow(ctx, ProofSQL, int64(classid), int64(objid), int16(key.Form),
+	if err := conn.QueryRow(ctx, proofSQL, int64(classid), int64(objid), int16(key.Form),
 		int64(aClassid), int64(aObjid), aForm, aPID).Scan(append([]any{&p.PID, &p.Held, &p.AlsoHeld}, p.Server.Dest()...)...); err != nil {
 		return p, fmt.Errorf("prove the hold on key %s: %w", key, err)
 	}
@@ -91,12 +91,3 @@ type ProofError struct {
 }
 
 func (e *ProofError) Error() string { return e.Reason }
-
-// FenceKey is the stop fence of the bigint key k: the same 64 bits in the
-// two-int4 form (pg_advisory_lock(k1, k2), objsubid 2), a lock of its own
-// that no bigint role key can collide with. A leader holds it on a second
-// session from before its work starts until that work has stopped, so that
-// a new leader, which must take it too, never starts while the old work
-// still runs, even when the server ends the old leader's lease session at
-// once (pg_terminate_backend).
-func FenceKey(k int64) Key { return Key{Form: Pair, ID: k} }

@@ -31,7 +31,7 @@ func TryLockPID(ctx context.Context, conn *pgx.Conn, key int64) (pid uint32, ok 
 // the sessions that hold the bigint key in the current database, read in
 // one statement. A prepared transaction's hold has no pid and is left out.
 func KeyHolders(ctx context.Context, conn *pgx.Conn, key int64) (self uint32, holders []uint32, err error) {
-	classid, objid := Split(key)
+	classid, objid := BigintKey(key).LockTag()
 	err = conn.QueryRow(ctx, `SELECT pg_backend_pid(),
        coalesce(array_agg(pid ORDER BY pid) FILTER (WHERE pid IS NOT NULL), '{}')
   FROM pg_locks
@@ -59,8 +59,8 @@ func UnlockKey(ctx context.Context, conn *pgx.Conn, key Key) (int, error) {
 		var ok bool
 		var err error
 		if key.Form == Pair {
-			p := key.Pair()
-			err = conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1::int4, $2::int4)", p.K1, p.K2).Scan(&ok)
+			k1, k2 := key.Int4s()
+			err = conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1::int4, $2::int4)", k1, k2).Scan(&ok)
 		} else {
 			err = conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", key.ID).Scan(&ok)
 		}

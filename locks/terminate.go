@@ -102,7 +102,7 @@ type Termination struct {
 // Returned is when the statement returned.
 func (t Termination) Returned() time.Time { return t.Sent.Add(t.Took) }
 
-// TerminateSQL terminates the holder of one advisory key in one statement,
+// terminateSQL terminates the holder of one advisory key in one statement,
 // so that nothing can change between the check and the kill: it terminates
 // $3 only if, at that instant, the server is not a standby, $3 is not the
 // backend running the statement, and $3 holds the key (granted, objsubid
@@ -126,7 +126,7 @@ func (t Termination) Returned() time.Time { return t.Sent.Add(t.Took) }
 // holder that releases the key in the microseconds between them is
 // terminated anyway. AwaitTakeover tells when that happened
 // (Takeover.BeforeSignal).
-const TerminateSQL = `SELECT statement_timestamp() AS signalled, pg_is_in_recovery() AS standby,
+const terminateSQL = `SELECT statement_timestamp() AS signalled, pg_is_in_recovery() AS standby,
        $3::int = pg_backend_pid() AS own,
        CASE WHEN NOT pg_is_in_recovery() AND $3::int <> pg_backend_pid() AND EXISTS (
               SELECT FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
@@ -140,12 +140,12 @@ const TerminateSQL = `SELECT statement_timestamp() AS signalled, pg_is_in_recove
 
 // Terminate ends the backend of holder, which [Read] found holding key, and
 // waits up to timeout for it to exit: the lock dies with it. The holder is
-// re-checked in the same statement (see [TerminateSQL]); when it no longer
+// re-checked in the same statement (see [terminateSQL]); when it no longer
 // holds the key, nothing is terminated and the error wraps
 // [ErrHolderChanged]. A standby wraps [ErrStandby], the statement's own
 // backend [ErrOwnSession]. When the server refuses (SQLSTATE 42501) the
 // error is a [*PermissionError] saying what would allow it.
-func Terminate(ctx context.Context, q Querier, key Key, holder Session, timeout time.Duration) (Termination, error) {
+func Terminate(ctx context.Context, q Querier, key Key, holder Claimant, timeout time.Duration) (Termination, error) {
 	t := Termination{PID: holder.PID}
 	switch {
 	case holder.Prepared != nil || holder.PID == 0:
@@ -153,7 +153,7 @@ func Terminate(ctx context.Context, q Querier, key Key, holder Session, timeout 
 	case timeout < time.Millisecond:
 		return t, fmt.Errorf("terminate pid %d: the timeout must be at least 1ms, got %s", holder.PID, timeout)
 	}
-	classid, objid := Split(key.ID)
+	classid, objid := key.LockTag()
 	var start *time.Time // NULL: backend_start was withheld from us
 	if !holder.BackendStart.IsZero() {
 		start = &holder.BackendStart
@@ -167,7 +167,7 @@ func Terminate(ctx context.Context, q Querier, key Key, holder Session, timeout 
 	var standby, own bool
 	var terminated *bool
 	var signalAt *time.Time
-	err := queryRow(sctx, q, []any{&t.ServerStart, &standby, &own, &terminated, &signalAt}, TerminateSQL,
+	err := queryRow(sctx, q, []any{&t.ServerStart, &standby, &own, &terminated, &signalAt}, terminateSQL,
 		int64(classid), int64(objid), holder.PID, int16(key.Form), start, timeout.Milliseconds())
 	t.Took = time.Since(t.Sent)
 	var pgErr *pgconn.PgError
@@ -195,7 +195,7 @@ func Terminate(ctx context.Context, q Querier, key Key, holder Session, timeout 
 // permissionError explains a refused termination: whose backend it was and
 // what would allow it. It asks the server who we are and whether the
 // holder's role is a superuser (pg_roles is readable by every role).
-func permissionError(ctx context.Context, q Querier, holder Session, err error) error {
+func permissionError(ctx context.Context, q Querier, holder Claimant, err error) error {
 	pe := &PermissionError{PID: holder.PID, HolderRole: holder.User, Err: err}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -231,7 +231,7 @@ func queryRow(ctx context.Context, q Querier, dest []any, sql string, args ...an
 // terminated.
 type Takeover struct {
 	// Holder is the new holder.
-	Holder Session
+	Holder Claimant
 	// After is the measured takeover time: how long after the signal the
 	// new holder held the key, at most. It is the smaller of two upper
 	// bounds: the client's, from sending the termination to the read that
@@ -257,7 +257,7 @@ type Takeover struct {
 
 // measureTakeover bounds the takeover by h, seen by the client at seen,
 // after term (see [Takeover.After]).
-func measureTakeover(term Termination, h Session, seen time.Time) (time.Duration, bool) {
+func measureTakeover(term Termination, h Claimant, seen time.Time) (time.Duration, bool) {
 	after := seen.Sub(term.Sent)
 	// An idle session changed state last when a statement ended, after it
 	// took the key; an active one may still be in the statement that took
@@ -275,7 +275,7 @@ func measureTakeover(term Termination, h Session, seen time.Time) (time.Duration
 // than old: a backend (a prepared transaction does not lead) whose pid
 // differs, or whose pid is old's reused by a new backend (a different
 // backend_start, where both are visible).
-func IsTakeover(old, s Session) bool {
+func IsTakeover(old, s Claimant) bool {
 	switch {
 	case !s.Granted || s.Prepared != nil || s.PID == 0:
 		return false
@@ -302,7 +302,7 @@ type AwaitOptions struct {
 // termination's return the error wraps [ErrNoTakeover]. Each read has its
 // own timeout, so giving up never cancels a query (which would close the
 // connection).
-func AwaitTakeover(ctx context.Context, q Querier, key Key, old Session, term Termination, o AwaitOptions) (Takeover, error) {
+func AwaitTakeover(ctx context.Context, q Querier, key Key, old Claimant, term Termination, o AwaitOptions) (Takeover, error) {
 	if o.Poll <= 0 {
 		o.Poll = 10 * time.Millisecond
 	}

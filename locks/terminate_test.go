@@ -14,7 +14,7 @@ import (
 )
 
 // holderOf reads key's holder as the observer sees it, or fails.
-func holderOf(t *testing.T, observer *pgx.Conn, key locks.Key) locks.Session {
+func holderOf(t *testing.T, observer *pgx.Conn, key locks.Key) locks.Claimant {
 	t.Helper()
 	h, ok := read(t, observer, locks.Filter{Keys: []locks.Key{key}}).Find(key).Holder()
 	if !ok {
@@ -48,11 +48,11 @@ func TestFailoverTerminatesExactlyTheHolderAndAStandByTakesOver(t *testing.T) {
 				_, _ = observer.Exec(cctx, "SELECT pg_terminate_backend($1)", standbyPID)
 			})
 
-			target, err := locks.FindTarget(ctx, observer, locks.BigintKey(key), []locks.Role{{Name: "poller", Key: key}})
+			target, err := locks.FindTarget(ctx, observer, locks.BigintKey(key), map[int64]string{key: "poller"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if target.Holder.PID != leaderPID || target.Lease.Role != "poller" || target.ViaProxy || target.Holder.Application != "leader-a" {
+			if target.Holder.PID != leaderPID || target.Locks.Role != "poller" || target.ViaProxy || target.Holder.Application != "leader-a" {
 				t.Fatalf("target %+v, want pid %d of role poller, direct", target, leaderPID)
 			}
 			res, err := target.Failover(ctx, observer, locks.FailoverOptions{Wait: time.Minute, Force: true})
@@ -114,7 +114,7 @@ func TestTerminateTerminatesNothingWhenTheHolderChanged(t *testing.T) {
 		t.Fatalf("Terminate with another backend_start = %v, want ErrHolderChanged", err)
 	}
 	// The key of another form, or another key, is not the key looked up.
-	for _, other := range []locks.Key{locks.PairKeyOf(locks.PairFromLocks(locks.Split(key))), locks.BigintKey(key + 1)} {
+	for _, other := range []locks.Key{locks.BigintKey(key).Fence(), locks.BigintKey(key + 1)} {
 		if _, err := locks.Terminate(ctx, observer, other, now, 5*time.Second); !errors.Is(err, locks.ErrHolderChanged) {
 			t.Errorf("Terminate for key %s = %v, want ErrHolderChanged", other, err)
 		}
@@ -129,7 +129,7 @@ func TestTerminatePairKeyHolder(t *testing.T) {
 	observer := pgtest.Conn(t, dsn, "observer")
 	holder := pgtest.Conn(t, dsn, "pair-holder")
 	pgtest.Exec(t, holder, "SELECT pg_advisory_lock(-7, 912)")
-	k := locks.PairKeyOf(locks.PairKey{K1: -7, K2: 912})
+	k := locks.PairOf(-7, 912)
 	h := holderOf(t, observer, k)
 	term, err := locks.Terminate(context.Background(), observer, k, h, 5*time.Second)
 	if err != nil || !term.Gone {
@@ -157,7 +157,7 @@ func TestTerminateRefusesItsOwnBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease := snap.Leases(nil, []locks.Key{locks.BigintKey(key)}, false)[0]
+	lease := snap.ByRole(nil, []locks.Key{locks.BigintKey(key)}, false)[0]
 	if _, err := locks.NewTarget(server, lease, snap.Now); !errors.Is(err, locks.ErrOwnSession) {
 		t.Errorf("NewTarget with the holder answering = %v, want ErrOwnSession", err)
 	}
@@ -240,21 +240,21 @@ func TestAwaitTakeoverGivesUpWithoutStandBy(t *testing.T) {
 func TestNewTargetRefusals(t *testing.T) {
 	now := time.Now()
 	primary := dbconn.ServerInfo{BackendPID: 99}
-	one := locks.Session{PID: 10, Granted: true}
-	lease := func(hs ...locks.Session) locks.Lease {
-		return locks.Lease{Role: "poller", Locks: locks.Locks{Key: locks.BigintKey(1), Holders: hs}}
+	one := locks.Claimant{PID: 10, Granted: true}
+	lease := func(hs ...locks.Claimant) locks.RoleLocks {
+		return locks.RoleLocks{Role: "poller", KeyLocks: locks.KeyLocks{Key: locks.BigintKey(1), Holders: hs}}
 	}
 	for _, tc := range []struct {
 		name   string
 		server dbconn.ServerInfo
-		lease  locks.Lease
+		lease  locks.RoleLocks
 		want   error
 	}{
 		{"a holder on a primary", primary, lease(one), nil},
 		{"standby", dbconn.ServerInfo{InRecovery: true}, lease(one), locks.ErrStandby},
 		{"no holder", primary, lease(), locks.ErrNoHolder},
-		{"shared holders", primary, lease(one, locks.Session{PID: 11, Granted: true}), locks.ErrNotALease},
-		{"prepared transaction", primary, lease(locks.Session{Granted: true, Prepared: &locks.PreparedXact{GID: "g"}}), locks.ErrNotALease},
+		{"shared holders", primary, lease(one, locks.Claimant{PID: 11, Granted: true}), locks.ErrNotALease},
+		{"prepared transaction", primary, lease(locks.Claimant{Granted: true, Prepared: &locks.PreparedXact{GID: "g"}}), locks.ErrNotALease},
 		{"the answering backend", dbconn.ServerInfo{BackendPID: 10}, lease(one), locks.ErrOwnSession},
 	} {
 		target, err := locks.NewTarget(tc.server, tc.lease, now)
@@ -269,18 +269,18 @@ func TestNewTargetRefusals(t *testing.T) {
 
 func TestIsTakeover(t *testing.T) {
 	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	old := locks.Session{PID: 10, Granted: true, BackendStart: start}
+	old := locks.Claimant{PID: 10, Granted: true, BackendStart: start}
 	for _, tc := range []struct {
 		name string
-		s    locks.Session
+		s    locks.Claimant
 		want bool
 	}{
-		{"another pid", locks.Session{PID: 11, Granted: true}, true},
+		{"another pid", locks.Claimant{PID: 11, Granted: true}, true},
 		{"the same session", old, false},
-		{"the pid reused by a new backend", locks.Session{PID: 10, Granted: true, BackendStart: start.Add(time.Minute)}, true},
-		{"the same pid, start withheld: cannot tell, so not", locks.Session{PID: 10, Granted: true, Hidden: true}, false},
-		{"a waiter", locks.Session{PID: 11}, false},
-		{"a prepared transaction", locks.Session{Granted: true, Prepared: &locks.PreparedXact{GID: "g"}}, false},
+		{"the pid reused by a new backend", locks.Claimant{PID: 10, Granted: true, BackendStart: start.Add(time.Minute)}, true},
+		{"the same pid, start withheld: cannot tell, so not", locks.Claimant{PID: 10, Granted: true, Hidden: true}, false},
+		{"a waiter", locks.Claimant{PID: 11}, false},
+		{"a prepared transaction", locks.Claimant{Granted: true, Prepared: &locks.PreparedXact{GID: "g"}}, false},
 	} {
 		if got := locks.IsTakeover(old, tc.s); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)

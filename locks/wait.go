@@ -24,7 +24,7 @@ import (
 // the wait; pgx then closes the connection, which also leaves the queue.
 //
 // key may be in either form: the lease waits for its role's key in the
-// bigint form and for the stop fence (see FenceKey) in the pair form.
+// bigint form and for the stop fence (see Key.Fence) in the pair form.
 func WaitLock(ctx context.Context, conn *pgx.Conn, key Key, timeout time.Duration) (bool, error) {
 	ms := timeout.Milliseconds()
 	if ms < 1 {
@@ -35,8 +35,8 @@ func WaitLock(ctx context.Context, conn *pgx.Conn, key Key, timeout time.Duratio
 	}
 	var err error
 	if key.Form == Pair {
-		p := key.Pair()
-		_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1::int4, $2::int4)", p.K1, p.K2)
+		k1, k2 := key.Int4s()
+		_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1::int4, $2::int4)", k1, k2)
 	} else {
 		_, err = conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key.ID)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
 )
@@ -42,7 +43,7 @@ type Result struct {
 	Status Status
 	Detail string
 	// Leader is the holder one_leader found, when there is one.
-	Leader *locks.Session
+	Leader *locks.Claimant
 	// Now is the server's clock when Leader was read.
 	Now time.Time
 	// Failover is what clean_failover did, when it terminated a holder.
@@ -55,7 +56,7 @@ type Result struct {
 // Options configure [Run].
 type Options struct {
 	// Roles are the roles to check, in order.
-	Roles []locks.Role
+	Roles []keys.Entry
 	// StaleAfter is how long a leader may idle before one_leader calls it
 	// stale; default 45s (three missed 15 s heartbeats).
 	StaleAfter time.Duration
@@ -133,15 +134,17 @@ func Run(ctx context.Context, conn *pgx.Conn, o Options) (*Report, error) {
 		return nil, fmt.Errorf("refusing to verify: %w, whose advisory locks are its own and say nothing about the primary's leases (point the DSN at the primary)", locks.ErrStandby)
 	}
 	want := make([]locks.Key, len(o.Roles))
+	names := make(map[int64]string, len(o.Roles))
 	for i, r := range o.Roles {
 		want[i] = locks.BigintKey(r.Key)
+		names[r.Key] = r.Name
 	}
 	snap, err := locks.Read(rctx, conn, locks.Filter{Keys: want})
 	if err != nil {
 		return nil, err
 	}
 	rep := &Report{Server: server}
-	leases := snap.Leases(o.Roles, want, false)
+	leases := snap.ByRole(names, want, false)
 	leaders := make([]Result, len(leases))
 	for i, l := range leases {
 		leaders[i] = OneLeader(l, snap.Now, o.StaleAfter)
@@ -184,7 +187,7 @@ func leaseDSN(ctx context.Context, o Options) Result {
 // OneLeader decides one_leader for lease as read at now: exactly one
 // session holds the key, and it is not stale (a leader whose state is
 // hidden from this role passes: staleness is unknown, not proven).
-func OneLeader(l locks.Lease, now time.Time, staleAfter time.Duration) Result {
+func OneLeader(l locks.RoleLocks, now time.Time, staleAfter time.Duration) Result {
 	r := Result{Check: CheckOneLeader, Role: l.Role, Key: l.Key, Status: Fail, Now: now}
 	h, held := l.Holder()
 	if held {
@@ -215,7 +218,7 @@ func OneLeader(l locks.Lease, now time.Time, staleAfter time.Duration) Result {
 	return r
 }
 
-func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.Lease, leader Result) Result {
+func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.RoleLocks, leader Result) Result {
 	r := Result{Check: CheckCleanFailover, Role: l.Role, Key: l.Key, Status: Skip}
 	switch {
 	case !o.Failover:
@@ -227,7 +230,7 @@ func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.Lease
 	}
 	r.Status = Fail
 	fctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	target, err := locks.FindTarget(fctx, conn, l.Key, []locks.Role{{Name: l.Role, Key: l.Key.ID}})
+	target, err := locks.FindTarget(fctx, conn, l.Key, map[int64]string{l.Key.ID: l.Role})
 	cancel()
 	if err != nil {
 		r.Detail = err.Error()

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
 	"github.com/leasectl/leasectl/verify"
@@ -45,7 +46,7 @@ func holdWith(t *testing.T, app string, key int64) int32 {
 
 func TestHealthyDeploymentPassesEveryCheck(t *testing.T) {
 	ctx := context.Background()
-	roles := []locks.Role{{Name: "poller", Key: 1840300001}, {Name: "scheduler", Key: 1840300002}}
+	roles := []keys.Entry{{Name: "poller", Key: 1840300001}, {Name: "scheduler", Key: 1840300002}}
 	pollerPID := holdWith(t, "poller-a", roles[0].Key)
 	schedulerPID := holdWith(t, "scheduler-a", roles[1].Key)
 	pollerStandBy := pgtest.Conn(t, testLab.DirectDSN(), "poller-b")
@@ -95,7 +96,7 @@ func TestHealthyDeploymentPassesEveryCheck(t *testing.T) {
 
 func TestEveryWayToFail(t *testing.T) {
 	ctx := context.Background()
-	roles := []locks.Role{
+	roles := []keys.Entry{
 		{Name: "unheld", Key: 1840300011},
 		{Name: "stale", Key: 1840300012},
 		{Name: "shared", Key: 1840300013},
@@ -140,7 +141,7 @@ func TestEveryWayToFail(t *testing.T) {
 	}
 
 	// A live leader that nobody stands by for.
-	alone := []locks.Role{{Name: "alone", Key: 1840300015}}
+	alone := []keys.Entry{{Name: "alone", Key: 1840300015}}
 	alonePID := holdWith(t, "lonely-leader", alone[0].Key)
 	rep, err = verify.Run(ctx, conn, verify.Options{Roles: alone, Failover: true, Force: true, Within: 200 * time.Millisecond})
 	if err != nil {
@@ -160,7 +161,7 @@ func TestEveryWayToFail(t *testing.T) {
 }
 
 func TestChecksNotAskedForAreSkipped(t *testing.T) {
-	roles := []locks.Role{{Name: "poller", Key: 1840300021}}
+	roles := []keys.Entry{{Name: "poller", Key: 1840300021}}
 	pid := holdWith(t, "poller-a", roles[0].Key)
 	conn := pgtest.Conn(t, testLab.DirectDSN(), "verify")
 	rep, err := verify.Run(context.Background(), conn, verify.Options{Roles: roles})
@@ -177,14 +178,14 @@ func TestChecksNotAskedForAreSkipped(t *testing.T) {
 
 func TestRefusesAStandby(t *testing.T) {
 	conn := pgtest.Conn(t, testLab.StandbyDSN(), "verify")
-	_, err := verify.Run(context.Background(), conn, verify.Options{Roles: []locks.Role{{Name: "poller", Key: 1}}})
+	_, err := verify.Run(context.Background(), conn, verify.Options{Roles: []keys.Entry{{Name: "poller", Key: 1}}})
 	if !errors.Is(err, locks.ErrStandby) {
 		t.Errorf("Run on a standby = %v, want ErrStandby", err)
 	}
 }
 
 func TestOneLeaderWithAHiddenLeader(t *testing.T) {
-	l := locks.Lease{Role: "poller", Locks: locks.Locks{Key: locks.BigintKey(1), Holders: []locks.Session{{PID: 7, Granted: true, Hidden: true, Application: "p"}}}}
+	l := locks.RoleLocks{Role: "poller", KeyLocks: locks.KeyLocks{Key: locks.BigintKey(1), Holders: []locks.Claimant{{PID: 7, Granted: true, Hidden: true, Application: "p"}}}}
 	r := verify.OneLeader(l, time.Now(), time.Second)
 	if r.Status != verify.Pass || r.Detail != "pid 7 (p) holds it (its state is hidden from this role: staleness unknown)" {
 		t.Errorf("hidden leader: %s %q", r.Status, r.Detail)

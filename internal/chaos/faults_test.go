@@ -611,7 +611,7 @@ func TestWitnessSeesOverlaps(t *testing.T) {
 	f.settled(f.of(lead))
 	from = h.mark()
 	admin := pgtest.Conn(t, testLab.DirectDSN(), "chaos-admin")
-	classid, objid := locks.Split(roleKey)
+	classid, objid := locks.BigintKey(roleKey).LockTag()
 	var ended int
 	if err := admin.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_locks
  WHERE locktype = 'advisory' AND granted AND classid = $1::bigint::oid AND objid = $2::bigint::oid`, int64(classid), int64(objid)).Scan(&ended); err != nil {

@@ -10,7 +10,7 @@
 //	leasectl who --all             vs  psql -X -At -f all.sql
 //	leasectl who (over keys.yaml)  vs  psql -X -At -f roles.sql
 //
-// where the .sql files hold locks.HoldersSQL with its parameters inlined
+// where the .sql files hold the statement of locks.Read with its parameters inlined
 // and psql connects with gssencmode=disable (pgx does not try GSSAPI
 // either). stdout of both goes to /dev/null (not a terminal: plain output).
 // It prints medians, p90 and the ratio leasectl / psql. Run it from the
@@ -192,11 +192,12 @@ func holdLocks(ctx context.Context, dsn string, n, perSession int, roles *keys.F
 	return conns, nil
 }
 
-// inline returns HoldersSQL with its parameters written in, for psql.
+// inline returns the statement of locks.Read with its parameters written in, for psql.
 func inline(all bool, bigints []string) string {
 	arr := "'{" + strings.Join(bigints, ",") + "}'"
 	r := strings.NewReplacer("$1::bool", strconv.FormatBool(all), "$2::bigint[]", arr+"::bigint[]", "$3::bigint[]", "'{}'::bigint[]")
-	return r.Replace(locks.HoldersSQL) + ";\n"
+	sql, _ := locks.Filter{All: all}.Query()
+	return r.Replace(sql) + ";\n"
 }
 
 type cmdSpec struct {
