@@ -1,4 +1,4 @@
-.PHONY: demo test build completions chaos goreleaser release-check release-snapshot cross
+.PHONY: demo test build install uninstall completions docs chaos goreleaser release-check release-snapshot cross
 
 demo:
 	./scripts/demo.sh
@@ -9,7 +9,35 @@ test:
 build:
 	go build -o bin/leasectl .
 
-completions:
+# Installs the binary, the man pages (docs/man) and the shell completions
+# (completions/) under $(PREFIX); DESTDIR stages the files elsewhere, as
+# packagers do: `make install DESTDIR=/tmp/stage PREFIX=/usr`.
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+MANDIR ?= $(PREFIX)/share/man
+DATADIR ?= $(PREFIX)/share
+
+install: build
+	install -d "$(DESTDIR)$(BINDIR)" "$(DESTDIR)$(MANDIR)/man1" \
+		"$(DESTDIR)$(DATADIR)/bash-completion/completions" \
+		"$(DESTDIR)$(DATADIR)/zsh/site-functions" \
+		"$(DESTDIR)$(DATADIR)/fish/vendor_completions.d"
+	install -m 0755 bin/leasectl "$(DESTDIR)$(BINDIR)/leasectl"
+	install -m 0644 docs/man/*.1 "$(DESTDIR)$(MANDIR)/man1/"
+	install -m 0644 completions/leasectl.bash "$(DESTDIR)$(DATADIR)/bash-completion/completions/leasectl"
+	install -m 0644 completions/_leasectl "$(DESTDIR)$(DATADIR)/zsh/site-functions/_leasectl"
+	install -m 0644 completions/leasectl.fish "$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/leasectl.fish"
+
+uninstall:
+	rm -f "$(DESTDIR)$(BINDIR)/leasectl" \
+		"$(DESTDIR)$(DATADIR)/bash-completion/completions/leasectl" \
+		"$(DESTDIR)$(DATADIR)/zsh/site-functions/_leasectl" \
+		"$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/leasectl.fish"
+	cd docs/man && for f in *.1; do rm -f "$(DESTDIR)$(MANDIR)/man1/$$f"; done
+
+# Regenerates completions/, docs/reference/ and docs/man/ from the cobra
+# commands (a test fails when they are stale).
+completions docs:
 	go generate ./cmd
 
 # The full fault suite (internal/chaos); `make test` and CI run its bounded

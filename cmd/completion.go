@@ -82,3 +82,48 @@ func completeOneRole(app *App) cobra.CompletionFunc {
 		return all(c, args, toComplete)
 	}
 }
+
+// bashCompletionHelp replaces cobra's help text of `leasectl completion
+// bash`: the script calls functions of the bash-completion package, and
+// without it completing prints an error instead of candidates.
+const bashCompletionHelp = `Generate the autocompletion script for the bash shell.
+
+The script needs the bash-completion package (Debian and Ubuntu:
+apt-get install bash-completion), loaded by the shell (interactive shells do
+once it is installed). Without it, completing (leasectl w<TAB>) prints
+"_get_comp_words_by_ref: command not found" and completes nothing.
+
+To load completions in your current shell session:
+
+	source <(leasectl completion bash)
+
+To load completions for every new session, execute once:
+
+Linux:
+
+	leasectl completion bash > /etc/bash_completion.d/leasectl
+
+macOS:
+
+	leasectl completion bash > $(brew --prefix)/etc/bash_completion.d/leasectl
+
+You will need to start a new shell for this setup to take effect.
+
+make install, from a clone, puts it in /usr/local/share/bash-completion/completions
+(under its PREFIX), where bash-completion loads it when first needed.
+`
+
+// describeCompletion sets the help text of the completion subcommands that
+// need more than cobra says; root's default completion command must exist.
+func describeCompletion(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		for _, sh := range c.Commands() {
+			if sh.Name() == "bash" {
+				sh.Long = bashCompletionHelp
+			}
+		}
+	}
+}

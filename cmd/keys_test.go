@@ -301,24 +301,21 @@ func TestGitHubAnnotationEscaping(t *testing.T) {
 	}
 }
 
-// TestREADMEListsEveryRule keeps the README's rules table complete.
-func TestREADMEListsEveryRule(t *testing.T) {
-	data, err := os.ReadFile("../README.md")
+// TestKeysGuideListsEveryRule keeps the rules tables of the keys guide
+// (docs/guide/keys.md) complete.
+func TestKeysGuideListsEveryRule(t *testing.T) {
+	data, err := os.ReadFile("../docs/guide/keys.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, ok := strings.Cut(string(data), "### `leasectl keys lint|diff`")
-	if !ok {
-		t.Fatal("README has no keys lint|diff section")
-	}
-	section, _, _ = strings.Cut(section, "\n### ")
+	guide := string(data)
 	for _, r := range append(append([]keys.RuleDoc{}, keys.LintRules...), keys.DiffRules...) {
-		if !strings.Contains(section, "`"+r.Name+"`") {
-			t.Errorf("README's keys section does not describe %s", r.Name)
+		if !strings.Contains(guide, "`"+r.Name+"`") {
+			t.Errorf("docs/guide/keys.md does not describe %s", r.Name)
 		}
 	}
-	if !strings.Contains(section, "fetch-depth: 0") || !strings.Contains(section, "keys diff --format github-actions") {
-		t.Error("README's keys section lacks the GitHub Actions job")
+	if !strings.Contains(guide, "fetch-depth: 0") || !strings.Contains(guide, "keys diff --format github-actions") {
+		t.Error("docs/guide/keys.md lacks the GitHub Actions job")
 	}
 }
 

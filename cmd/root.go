@@ -162,6 +162,7 @@ while they hold the lease.`,
 	root.SetOut(app.IO.Out)
 	root.SetErr(app.IO.ErrOut)
 	strictBuiltins(root)
+	describeCompletion(root)
 	return root
 }
 

@@ -12,6 +12,8 @@ need_packages() {
   command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
   command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
   command -v git >/dev/null 2>&1 || missing+=(git)
+  # make: the docs tests run `make install` into a staging directory.
+  command -v make >/dev/null 2>&1 || missing+=(make)
   # The fault suite's network partition (internal/chaos): ip netns, veth, nft.
   command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
   command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
