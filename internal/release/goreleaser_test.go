@@ -151,7 +151,7 @@ func TestGoreleaserSnapshotRelease(t *testing.T) {
 			if goos == "windows" {
 				exe = "leasectl.exe"
 			}
-			bin := extract(t, filepath.Join(dist, archive), exe, []string{exe, "LICENSE", "README.md", "CHANGELOG.md", "completions/leasectl.bash"})
+			bin := extract(t, filepath.Join(dist, archive), exe, []string{exe, "LICENSE", "README.md", "CHANGELOG.md", "completions/leasectl.bash", "docs/README.md", "docs/man/leasectl.1", "docs/guide/run.md"})
 			checkExecutable(t, archive, bin, goos, arch)
 			if goos != runtime.GOOS || arch != runtime.GOARCH {
 				continue
