@@ -17,13 +17,24 @@ type IOStreams struct {
 	InTTY  bool
 	OutTTY bool
 	ErrTTY bool
+
+	// Width is the terminal's width in columns when stdout is one (0 when
+	// it cannot be read), else 0; see App.Width. Tests set it to fit
+	// output to a width without a terminal.
+	Width int
 }
 
 // SystemStreams are the process's stdin, stdout and stderr.
 func SystemStreams() *IOStreams {
 	isTTY := func(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
-	return &IOStreams{
+	s := &IOStreams{
 		In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr,
 		InTTY: isTTY(os.Stdin), OutTTY: isTTY(os.Stdout), ErrTTY: isTTY(os.Stderr),
 	}
+	if s.OutTTY {
+		if w, _, err := term.GetSize(int(os.Stdout.Fd())); err == nil && w > 0 {
+			s.Width = w
+		}
+	}
+	return s
 }

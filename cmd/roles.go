@@ -81,8 +81,8 @@ func serverLine(st styles, color bool, server dbconn.ServerInfo, addr string) st
 	if color {
 		label = st.Bold.Render(label)
 	}
-	return fmt.Sprintf("%s %s · PostgreSQL %s · database %s · as %s\n", label, addr,
-		shortVersion(server.Version), server.Database, server.User)
+	return fmt.Sprintf("%s %s · PostgreSQL %s · database %s · as %s\n", label, termSafe(addr),
+		termSafe(shortVersion(server.Version)), termSafe(server.Database), termSafe(server.User))
 }
 
 // painter renders text in a style only when colour is on: lipgloss costs
