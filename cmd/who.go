@@ -303,7 +303,9 @@ func whoLayoutOf(app *App) whoLayout {
 const outputWide = "wide"
 
 // isWho reports whether c is leasectl who, the one command with -o wide.
-func isWho(c *cobra.Command) bool { return c.Name() == "who" && c.HasParent() && !c.Parent().HasParent() }
+func isWho(c *cobra.Command) bool {
+	return c.Name() == "who" && c.HasParent() && !c.Parent().HasParent()
+}
 
 // whoColumns are the columns of who's table with -o wide, and when stdout
 // is not a terminal; whoNarrowColumns those on a terminal, which fit in 80
