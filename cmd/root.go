@@ -110,11 +110,11 @@ while they hold the lease.`,
 			case "text", "json":
 			case outputWide:
 				if !isWho(c) {
-					return usageErrorf("invalid --output %q: use text or json (wide is for leasectl who)", app.Global.Output)
+					return usageErrorf("invalid --output %q: use text or json (wide is for leasectl who only)", app.Global.Output)
 				}
 			default:
 				if isWho(c) {
-					return usageErrorf("invalid --output %q: use text, wide or json", app.Global.Output)
+					return usageErrorf("invalid --output %q: use text or json, or wide for every column", app.Global.Output)
 				}
 				return usageErrorf("invalid --output %q: use text or json", app.Global.Output)
 			}
