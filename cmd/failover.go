@@ -213,7 +213,7 @@ func sessionAge(s locks.Session, now time.Time) string {
 func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr string, lay whoLayout) error {
 	paint := painter(color)
 	var b strings.Builder
-	b.WriteString(serverLine(st, color, t.Server, addr))
+	b.WriteString(serverLine(st, color, t.Server, addr, lay.Width))
 	b.WriteString("\n")
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return err

@@ -181,7 +181,7 @@ func renderProbe(app *App, rep *probe.Report) {
 	if rep.Server != nil {
 		who = fmt.Sprintf(" as %s, database %s", rep.Server.User, rep.Server.Database)
 	}
-	fmt.Fprintf(w, "Probe of %s\n", termSafe(rep.Target+who))
+	fmt.Fprintf(w, "Probe of %s\n", wrapIndented(len("Probe of "), termSafe(rep.Target+who), width))
 	warnings := 0
 	for _, c := range rep.Checks {
 		var mark string

@@ -183,7 +183,7 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 }
 
 func renderVerify(w io.Writer, st styles, color bool, rep *verify.Report, addr string, width int) error {
-	if _, err := io.WriteString(w, serverLine(st, color, rep.Server, addr)+"\n"); err != nil {
+	if _, err := io.WriteString(w, serverLine(st, color, rep.Server, addr, width)+"\n"); err != nil {
 		return err
 	}
 	var rows [][]string

@@ -444,7 +444,7 @@ func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
 func renderWhoText(w io.Writer, st styles, color bool, v *whoView, lay whoLayout) error {
 	paint := painter(color)
 	var head strings.Builder
-	head.WriteString(serverLine(st, color, v.server, v.addr))
+	head.WriteString(serverLine(st, color, v.server, v.addr, lay.Width))
 	if v.server.InRecovery {
 		fmt.Fprintf(&head, "%s %s\n", paint(st.Warn, "⚠ standby:"), wrapIndented(textWidth("⚠ standby: "), "this server is a standby: its advisory locks are its own and say nothing about the primary's leases; point --dsn at the primary", lay.Width))
 	}
