@@ -217,8 +217,9 @@ func TestNamesCannotControlTheTerminal(t *testing.T) {
 		{"who in the database", false, 0, "", append([]string{"--dsn", evilDSN(evilPW, evilDB), "--keys", keysPath}, "who"), ExitOK,
 			[]string{"database " + evilDBShown + " · as " + evilRoleShown}},
 		{"verify", false, 80, "", append(asEvil, "verify"), ExitOK, []string{"as " + evilRoleShown, "pid " + leaderPID}},
-		{"probe", false, 80, "", append(asEvil, "probe"), ExitOK, []string{"as " + evilRoleShown}},
-		{"probe on a terminal", true, 80, "", append(asEvil, "probe"), ExitOK, []string{"as " + evilRoleShown}},
+		{"probe", false, 0, "", append(asEvil, "probe"), ExitOK, []string{"as " + evilRoleShown}},
+		{"probe on a terminal", true, 200, "", append(asEvil, "probe"), ExitOK, []string{"as " + evilRoleShown}},
+		{"probe on a narrow terminal", true, 60, "", append(asEvil, "probe"), ExitOK, []string{`evil\x1b]0;owned\a`}}, // the name is cut to fit
 		{"wrong password", false, 0, "", append([]string{"--dsn", evilDSN("wrong", "postgres"), "--keys", keysPath}, "who"), ExitUnavailable,
 			[]string{evilRoleShown}},
 		{"no such database", false, 0, "", append([]string{"--dsn", evilDSN(evilPW, evilDB+"-gone"), "--keys", keysPath}, "who"), ExitUnavailable,
