@@ -68,7 +68,7 @@ characters escaped (\x1b, \r, \u202e).`,
   leasectl who --all                 # also advisory locks of no role
   leasectl who 1840000001 --stale 15s
   leasectl who --watch               # follow a failover live
-  leasectl who -o wide                # every column: KEY, USER, CLIENT, CONNECTED too
+  leasectl who -o wide               # every column: KEY, USER, CLIENT, CONNECTED too
   leasectl who -o json | jq '.leases[] | select(.state == "FREE") | .role'`,
 		ValidArgsFunction: completeRoles(app),
 		RunE: func(c *cobra.Command, args []string) error {
