@@ -26,8 +26,11 @@ import (
 // themselves. JSON needs none of it: the encoder escapes control characters.
 func termSafe(s string) string { return escapeControls(s, false) }
 
-// termSafeLines is termSafe keeping line feeds: for messages of several
-// lines, such as some errors.
+// termSafeLines is termSafe keeping line feeds, for messages of several
+// lines such as some errors, except a line feed that would start a line
+// with "::" (blanks before it aside): a CI log takes such a line for a
+// GitHub Actions workflow command (::error::, ::add-mask::, ...), so a name
+// that holds one is shown as \n there too.
 func termSafeLines(s string) string { return escapeControls(s, true) }
 
 func escapeControls(s string, keepNewlines bool) string {
@@ -41,7 +44,7 @@ func escapeControls(s string, keepNewlines bool) string {
 		switch {
 		case r == utf8.RuneError && size == 1:
 			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r == '\n' && keepNewlines:
+		case r == '\n' && keepNewlines && !strings.HasPrefix(strings.TrimLeft(s[i+1:], " \t"), "::"):
 			b.WriteByte('\n')
 		case r < 0x20 || r == 0x7f:
 			if e, ok := c0Escapes[r]; ok {
@@ -72,13 +75,16 @@ func isTermSafe(s string, keepNewlines bool) bool {
 		if (c < 0x20 && !(c == '\n' && keepNewlines)) || c == 0x7f {
 			return false
 		}
+		if c == '\n' && strings.HasPrefix(strings.TrimLeft(s[i+1:], " \t"), "::") {
+			return false
+		}
 	}
 	return true
 }
 
 func isTermSafeUnicode(s string, keepNewlines bool) bool {
 	for i, r := range s {
-		if r == '\n' && keepNewlines {
+		if r == '\n' && keepNewlines && !strings.HasPrefix(strings.TrimLeft(s[i+1:], " \t"), "::") {
 			continue
 		}
 		if (r == utf8.RuneError && !strings.HasPrefix(s[i:], "\uFFFD")) || r < 0x20 || r == 0x7f || unsafeRune(r) {

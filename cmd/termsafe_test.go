@@ -114,8 +114,15 @@ func TestTermSafeEscapes(t *testing.T) {
 			t.Errorf("termSafe(%q) = %q, want %q", in, got, want)
 		}
 	}
-	if got := termSafeLines("one\x1b[2J\ntwo\r"); got != "one\\x1b[2J\ntwo\\r" {
-		t.Errorf("termSafeLines keeps line feeds only: %q", got)
+	for in, want := range map[string]string{
+		"one\x1b[2J\ntwo\r":            "one\\x1b[2J\ntwo\\r",
+		"keys.yaml\n::error::injected": "keys.yaml\\n::error::injected",
+		"a\n  \t::add-mask::x\nb\n:c:": "a\\n  \\t::add-mask::x\nb\n:c:",
+		"é\n::warning::x":              "é\\n::warning::x",
+	} {
+		if got := termSafeLines(in); got != want {
+			t.Errorf("termSafeLines(%q) = %q, want %q: line feeds kept, but none that starts a workflow command", in, got, want)
+		}
 	}
 }
 
@@ -265,11 +272,11 @@ func TestNamesCannotControlTheTerminal(t *testing.T) {
 	}
 }
 
-// TestAnnotationsCannotBeInjected: in the github-actions format a line feed
-// starts a new workflow command; in a file name or a message it is encoded,
-// and control characters are escaped: every line is one annotation of the
-// file. (The text format keeps the line feed of a file name in its error,
-// escaping the rest.)
+// TestAnnotationsCannotBeInjected: in a CI log a line that starts with "::"
+// is a workflow command. In the github-actions format a line feed in a file
+// name or a message is encoded, and control characters are escaped: every
+// line is one annotation of the file. In the text format no line of an
+// error starts with "::" either.
 func TestAnnotationsCannotBeInjected(t *testing.T) {
 	dir := t.TempDir()
 	missing := filepath.Join(dir, "keys\n::error::injected\x1b[2J.yaml")
@@ -286,8 +293,9 @@ func TestAnnotationsCannotBeInjected(t *testing.T) {
 		}
 		all := res.Stdout + res.Stderr
 		noRawControls(t, fmt.Sprintf("%q", args), all)
-		for _, l := range strings.Split(res.Stdout, "\n") {
-			if slices.Contains(args, "github-actions") && !strings.HasPrefix(l, "::error file=") && l != "" {
+		for _, l := range strings.Split(all, "\n") {
+			if (slices.Contains(args, "github-actions") && strings.HasPrefix(l, "::") && !strings.HasPrefix(l, "::error file=")) ||
+				strings.HasPrefix(strings.TrimSpace(l), "::error::injected") {
 				t.Errorf("%q: an injected workflow command:\n%s", args, all)
 			}
 		}
