@@ -154,7 +154,9 @@ func printError(w io.Writer, c *cobra.Command, err error) {
 		fmt.Fprintln(w, "interrupted: no verdict")
 		return
 	}
-	fmt.Fprintf(w, "Error: %v\n", err)
+	// Errors carry text from the server and from files (role and
+	// database names): escaped, so they cannot act on the terminal.
+	fmt.Fprintf(w, "Error: %s\n", termSafeLines(err.Error()))
 	var usage *UsageError
 	if errors.As(err, &usage) && c != nil {
 		fmt.Fprintf(w, "\n%s", c.UsageString())

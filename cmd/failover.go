@@ -132,23 +132,27 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 	}
 	cfg := conn.Config()
 	if !opts.Yes || !app.JSON() {
-		if err := renderTarget(pre, st, color, target, dbconn.Addr(&cfg.Config)); err != nil {
+		lay := whoLayoutOf(app)
+		if app.JSON() {
+			lay = whoLayout{Wide: true} // on stderr, as it always was
+		}
+		if err := renderTarget(pre, st, color, target, dbconn.Addr(&cfg.Config), lay); err != nil {
 			return err
 		}
 	}
 	if !opts.Yes {
 		h := target.Holder
-		action := fmt.Sprintf("ask %s, connected %s, to step down (and terminate it if it does not within --timeout %s)", h.Describe(), sessionAge(h, target.Now), app.Global.Timeout)
+		action := fmt.Sprintf("ask %s, connected %s, to step down (and terminate it if it does not within --timeout %s)", termSafe(h.Describe()), sessionAge(h, target.Now), app.Global.Timeout)
 		if opts.Force {
-			action = fmt.Sprintf("terminate %s, connected %s,", h.Describe(), sessionAge(h, target.Now))
+			action = fmt.Sprintf("terminate %s, connected %s,", termSafe(h.Describe()), sessionAge(h, target.Now))
 		}
 		if !app.IO.InTTY {
-			fmt.Fprintf(pre, "\nWould %s and wait up to %s for a stand-by to take over %s. Nothing was done.\n",
-				action, opts.Wait, target.Locks.Name())
+			fmt.Fprintf(pre, "\n%s\n", wrapIndented(0, fmt.Sprintf("Would %s and wait up to %s for a stand-by to take over %s. Nothing was done.",
+				action, opts.Wait, target.Locks.Name()), app.Width()))
 			return &InputError{Err: fmt.Errorf("not confirmed, and there is no terminal to ask on: nothing was done; to fail over pid %d, run again with --yes: %s",
 				h.PID, confirmCommand(opts))}
 		}
-		ok, err := confirm(app, pre, fmt.Sprintf("\n%s so that a stand-by takes over %s?", upperFirst(action), target.Locks.Name()))
+		ok, err := confirm(app, pre, "\n"+wrapIndented(0, fmt.Sprintf("%s so that a stand-by takes over %s?", upperFirst(action), target.Locks.Name()), app.Width()))
 		if err != nil {
 			return err
 		}
@@ -167,7 +171,7 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 		}
 		return err
 	}
-	if werr := renderFailover(app.IO.Out, st, color, res, err, opts.Wait, app.Global.Timeout); werr != nil {
+	if werr := renderFailover(app.IO.Out, st, color, res, err, opts.Wait, app.Global.Timeout, app.Width()); werr != nil {
 		return werr
 	}
 	return err
@@ -206,10 +210,10 @@ func sessionAge(s locks.Claimant, now time.Time) string {
 
 // renderTarget shows what a failover would act on: the server, the holder
 // and the waiters, as `who` shows them.
-func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr string) error {
+func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr string, lay whoLayout) error {
 	paint := painter(color)
 	var b strings.Builder
-	b.WriteString(serverLine(st, color, t.Server, addr))
+	b.WriteString(serverLine(st, color, t.Server, addr, lay.Width))
 	b.WriteString("\n")
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return err
@@ -219,25 +223,31 @@ func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr stri
 	if role == "" {
 		role = "-"
 	}
-	rows := [][]string{sessionRow(role, l.Key.String(), paint(st.OK, string(locks.Held))+waitingSuffix(l), t.Holder, t.Now)}
+	rows := [][]string{sessionRow(role, l.Key.String(), string(locks.Held)+waitingSuffix(l), t.Holder, t.Now)}
 	for _, s := range l.Waiters {
-		rows = append(rows, sessionRow(role, l.Key.String(), paint(st.Warn, "waiting"), s, t.Now))
+		rows = append(rows, sessionRow(role, l.Key.String(), "waiting", s, t.Now))
 	}
-	if err := writeTable(w, []string{"ROLE", "KEY", "STATE", "PID", "USER", "APPLICATION", "CLIENT", "CONNECTED", "LAST ACTIVITY"}, rows); err != nil {
+	if err := writeSessionTable(w, st, color, rows, lay); err != nil {
 		return err
 	}
 	if t.ViaProxy {
-		_, err := fmt.Fprintf(w, "\n%s leasectl reaches this server through a pooler or proxy, so pid %d is most likely one of the pooler's server connections: terminating it ends that server connection, not the worker's own client connection. A session-mode pooler closes the worker's connection with it; a transaction-mode pooler does not, and the worker may never notice (a lease was never safe there: see leasectl probe).\n",
-			paint(st.Warn, "pooler:"), t.Holder.PID)
+		_, err := fmt.Fprintf(w, "\n%s %s\n", paint(st.Warn, "pooler:"), wrapIndented(len("pooler: "), fmt.Sprintf("leasectl reaches this server through a pooler or proxy, so pid %d is most likely one of the pooler's server connections: terminating it ends that server connection, not the worker's own client connection. A session-mode pooler closes the worker's connection with it; a transaction-mode pooler does not, and the worker may never notice (a lease was never safe there: see leasectl probe).",
+			t.Holder.PID), lay.Width))
 		return err
 	}
 	return nil
 }
 
 // renderFailover reports the request to step down or the termination, and
-// the takeover; waitErr is why there was none.
-func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, waitErr error, wait, timeout time.Duration) error {
+// the takeover; waitErr is why there was none. Lines are fitted to width
+// (0: none).
+func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, waitErr error, wait, timeout time.Duration, width int) error {
 	paint := painter(color)
+	// line writes one message after its mark, escaped (it names sessions
+	// and errors from the server) and wrapped under itself.
+	line := func(b *strings.Builder, mark string, format string, args ...any) {
+		fmt.Fprintf(b, "%s %s\n", mark, wrapIndented(2, termSafe(fmt.Sprintf(format, args...)), width))
+	}
 	t := res.Target
 	name := t.Locks.Name()
 	var b strings.Builder
@@ -245,19 +255,16 @@ func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, wai
 	if rs := res.Resign; rs != nil {
 		switch {
 		case rs.Answered && rs.Released:
-			fmt.Fprintf(&b, "%s pid %d stepped down on request: it answered in %s, stopped its work and released %s %s after the request\n",
-				paint(st.OK, "✓"), t.Holder.PID, fmtMillis(rs.AnswerTook), name, fmtMillis(rs.ReleaseTook))
+			line(&b, paint(st.OK, "✓"), "pid %d stepped down on request: it answered in %s, stopped its work and released %s %s after the request", t.Holder.PID, fmtMillis(rs.AnswerTook), name, fmtMillis(rs.ReleaseTook))
 		case rs.Fallback != "":
-			fmt.Fprintf(&b, "%s asked pid %d to step down, but %s: terminating it\n", paint(st.Warn, "!"), t.Holder.PID, rs.Fallback)
+			line(&b, paint(st.Warn, "!"), "asked pid %d to step down, but %s: terminating it", t.Holder.PID, rs.Fallback)
 		}
 	}
 	if term := res.Termination; term != nil {
 		if term.Gone {
-			fmt.Fprintf(&b, "%s terminated pid %d: its backend is gone, and its hold on %s with it (pg_terminate_backend confirmed the exit in %s)\n",
-				paint(st.OK, "✓"), term.PID, name, fmtMillis(term.Took))
+			line(&b, paint(st.OK, "✓"), "terminated pid %d: its backend is gone, and its hold on %s with it (pg_terminate_backend confirmed the exit in %s)", term.PID, name, fmtMillis(term.Took))
 		} else {
-			fmt.Fprintf(&b, "%s signalled pid %d, but its backend had not exited after %s (--timeout): it holds %s until it does\n",
-				paint(st.Warn, "!"), term.PID, timeout, name)
+			line(&b, paint(st.Warn, "!"), "signalled pid %d, but its backend had not exited after %s (--timeout): it holds %s until it does", term.PID, timeout, name)
 		}
 	}
 	since := "of the signal"
@@ -270,14 +277,12 @@ func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, wai
 		if h.Hidden {
 			client = "hidden"
 		}
-		fmt.Fprintf(&b, "%s pid %d took over %s within %s %s (%s clock): application %s, client %s\n",
-			paint(st.OK, "✓"), h.PID, name, fmtMillis(tk.After), since, takeoverClock(tk), orQuoted(h.Application), client)
+		line(&b, paint(st.OK, "✓"), "pid %d took over %s within %s %s (%s clock): application %s, client %s", h.PID, name, fmtMillis(tk.After), since, takeoverClock(tk), orQuoted(h.Application), client)
 		if tk.BeforeSignal {
-			fmt.Fprintf(&b, "%s pid %d held %s before the signal: pid %d had released it already, in the moment between the holder check and the signal, and was terminated anyway\n",
-				paint(st.Warn, "!"), h.PID, name, t.Holder.PID)
+			line(&b, paint(st.Warn, "!"), "pid %d held %s before the signal: pid %d had released it already, in the moment between the holder check and the signal, and was terminated anyway", h.PID, name, t.Holder.PID)
 		}
 	} else if !errors.Is(waitErr, locks.ErrNoTakeover) {
-		fmt.Fprintf(&b, "%s could not watch for a stand-by taking over %s: %v\n", paint(st.Fail, "✗"), name, waitErr)
+		line(&b, paint(st.Fail, "✗"), "could not watch for a stand-by taking over %s: %v", name, waitErr)
 	} else {
 		state := "the key is free: are the stand-bys running?"
 		switch {
@@ -286,12 +291,12 @@ func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, wai
 		case res.Termination == nil:
 			state = waitErr.Error()
 		}
-		fmt.Fprintf(&b, "%s no stand-by took over %s within %s: %s\n", paint(st.Fail, "✗"), name, wait, state)
+		line(&b, paint(st.Fail, "✗"), "no stand-by took over %s within %s: %s", name, wait, state)
 	}
 	if res.Termination != nil {
-		fmt.Fprintf(&b, "\nThe old holder's program may still be stopping: a leasectl run or lease package stand-by waits for it (the stop fence); other workers notice at their next heartbeat.\n")
+		fmt.Fprintf(&b, "\n%s\n", wrapIndented(0, "The old holder's program may still be stopping: a leasectl run or lease package stand-by waits for it (the stop fence); other workers notice at their next heartbeat.", width))
 		if t.ViaProxy {
-			fmt.Fprintf(&b, "Through the pooler, what was terminated is the pooler's server connection pid %d, not the worker's client connection.\n", res.Termination.PID)
+			fmt.Fprintf(&b, "%s\n", wrapIndented(0, fmt.Sprintf("Through the pooler, what was terminated is the pooler's server connection pid %d, not the worker's client connection.", res.Termination.PID), width))
 		}
 	}
 	_, err := io.WriteString(w, b.String())

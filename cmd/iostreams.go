@@ -17,13 +17,28 @@ type IOStreams struct {
 	InTTY  bool
 	OutTTY bool
 	ErrTTY bool
+
+	// Width is the terminal's width in columns when stdout is one (0 when
+	// it cannot be read), else 0; see App.Width. Tests set it to fit
+	// output to a width without a terminal.
+	Width int
 }
 
 // SystemStreams are the process's stdin, stdout and stderr.
-func SystemStreams() *IOStreams {
+func SystemStreams() *IOStreams { return fileStreams(os.Stdin, os.Stdout, os.Stderr) }
+
+// fileStreams are streams on files, with whether each is a terminal and,
+// when stdout is one, its width.
+func fileStreams(in, out, errOut *os.File) *IOStreams {
 	isTTY := func(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
-	return &IOStreams{
-		In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr,
-		InTTY: isTTY(os.Stdin), OutTTY: isTTY(os.Stdout), ErrTTY: isTTY(os.Stderr),
+	s := &IOStreams{
+		In: in, Out: out, ErrOut: errOut,
+		InTTY: isTTY(in), OutTTY: isTTY(out), ErrTTY: isTTY(errOut),
 	}
+	if s.OutTTY {
+		if w, _, err := term.GetSize(int(out.Fd())); err == nil && w > 0 {
+			s.Width = w
+		}
+	}
+	return s
 }

@@ -185,15 +185,15 @@ func runKeysLint(ctx context.Context, opts *keysLintOptions) error {
 		// The problems are annotated by writeErrorAnnotations, from the
 		// error returned below, like every other error in this format.
 		if f != nil {
-			fmt.Fprintf(w, "%s: no problems (%s, %s)\n", annotationPath(ctx, path), plural(len(f.Roles), "role"), plural(len(f.Retired), "retired key"))
+			fmt.Fprintf(w, "%s: no problems (%s, %s)\n", termSafe(annotationPath(ctx, path)), plural(len(f.Roles), "role"), plural(len(f.Retired), "retired key"))
 		}
 	default:
 		st := app.styles()
 		for _, p := range problems {
-			fmt.Fprintf(w, "%s: %s: %s\n", st.Bold.Render(p.Location(path)), st.Fail.Render(p.Rule), p.Message)
+			fmt.Fprintf(w, "%s: %s: %s\n", st.Bold.Render(termSafe(p.Location(path))), st.Fail.Render(p.Rule), termSafe(p.Message))
 		}
 		if f != nil {
-			fmt.Fprintf(w, "%s %s: no problems (%s, %s)\n", st.OK.Render("✓"), path, plural(len(f.Roles), "role"), plural(len(f.Retired), "retired key"))
+			fmt.Fprintf(w, "%s %s: no problems (%s, %s)\n", st.OK.Render("✓"), termSafe(path), plural(len(f.Roles), "role"), plural(len(f.Retired), "retired key"))
 		}
 	}
 	if len(problems) > 0 {
@@ -373,7 +373,7 @@ func renderDiff(ctx context.Context, app *App, format string, res *diffResult) e
 			writeWorkflowCommand(w, "warning", file, 0, "leasectl keys diff", diffSummary(res, file))
 			return nil
 		}
-		fmt.Fprintln(w, diffSummary(res, file))
+		fmt.Fprintln(w, termSafe(diffSummary(res, file)))
 	default:
 		st := app.styles()
 		for _, f := range res.Findings {
@@ -381,7 +381,7 @@ func renderDiff(ctx context.Context, app *App, format string, res *diffResult) e
 			if f.Severity == keys.SeverityError {
 				sev = st.Fail.Render(string(f.Severity))
 			}
-			fmt.Fprintf(w, "%s: %s %s: %s\n", st.Bold.Render(fmt.Sprintf("%s:%d", f.File, f.Line)), sev, f.Rule, f.Message)
+			fmt.Fprintf(w, "%s: %s %s: %s\n", st.Bold.Render(termSafe(fmt.Sprintf("%s:%d", f.File, f.Line))), sev, f.Rule, termSafe(f.Message))
 		}
 		if len(res.Findings) > 0 {
 			fmt.Fprintln(w)
@@ -390,7 +390,7 @@ func renderDiff(ctx context.Context, app *App, format string, res *diffResult) e
 		if !res.Compatible {
 			mark = st.Fail.Render("✗")
 		}
-		fmt.Fprintf(w, "%s %s\n", mark, diffSummary(res, res.File))
+		fmt.Fprintf(w, "%s %s\n", mark, termSafe(diffSummary(res, res.File)))
 	}
 	return nil
 }
@@ -515,12 +515,12 @@ func writeErrorAnnotations(ctx context.Context, w io.Writer, app *App, c *cobra.
 
 // ghData escapes the message of a workflow command.
 func ghData(s string) string {
-	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A").Replace(s)
+	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A").Replace(termSafeLines(s))
 }
 
 // ghProperty escapes a property value of a workflow command.
 func ghProperty(s string) string {
-	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A", ":", "%3A", ",", "%2C").Replace(s)
+	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A", ":", "%3A", ",", "%2C").Replace(termSafeLines(s))
 }
 
 // plural renders "1 error", "2 errors".

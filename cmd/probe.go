@@ -176,11 +176,12 @@ var probeLabels = map[string]string{
 func renderProbe(app *App, rep *probe.Report) {
 	st := app.styles()
 	w := app.IO.Out
+	width := app.Width()
 	who := ""
 	if rep.Server != nil {
 		who = fmt.Sprintf(" as %s, database %s", rep.Server.User, rep.Server.Database)
 	}
-	fmt.Fprintf(w, "Probe of %s%s\n", rep.Target, who)
+	fmt.Fprintf(w, "Probe of %s\n", wrapIndented(len("Probe of "), termSafe(rep.Target+who), width))
 	warnings := 0
 	for _, c := range rep.Checks {
 		var mark string
@@ -199,7 +200,9 @@ func renderProbe(app *App, rep *probe.Report) {
 		if label == "" {
 			label = c.Name
 		}
-		fmt.Fprintf(w, "  %s %-20s %s\n", mark, label, c.Detail)
+		// "  ✓ " and the label padded to 20 columns: the detail starts
+		// at column 25, and wraps under itself.
+		fmt.Fprintf(w, "  %s %-20s %s\n", mark, label, wrapIndented(25, termSafe(c.Detail), width))
 	}
 	elapsed := strconv.FormatFloat(rep.ElapsedMS, 'f', 1, 64) + " ms"
 	if rep.Verdict == probe.Stable {
@@ -207,7 +210,7 @@ func renderProbe(app *App, rep *probe.Report) {
 		if warnings > 0 {
 			note = fmt.Sprintf(", %d warning(s)", warnings)
 		}
-		fmt.Fprintf(w, "%s  a session-level advisory lock gives mutual exclusion over this DSN (%s%s)\n", st.OK.Render("STABLE"), elapsed, note)
+		fmt.Fprintf(w, "%s  %s\n", st.OK.Render("STABLE"), wrapIndented(8, fmt.Sprintf("a session-level advisory lock gives mutual exclusion over this DSN (%s%s)", elapsed, note), width))
 		return
 	}
 	var reason string
@@ -219,7 +222,7 @@ func renderProbe(app *App, rep *probe.Report) {
 	default:
 		reason = "--strict: the warnings above refuse this DSN"
 	}
-	fmt.Fprintf(w, "%s  %s (%s)\n", st.Fail.Render("REFUSED"), reason, elapsed)
+	fmt.Fprintf(w, "%s  %s\n", st.Fail.Render("REFUSED"), wrapIndented(9, termSafe(fmt.Sprintf("%s (%s)", reason, elapsed)), width))
 }
 
 // livenessSummary names what keeps a lease from working, from the failing

@@ -61,10 +61,9 @@ func unknownRoleError(name string, f *keys.File) error {
 		name, f.Path, strings.Join(f.Names(), ", "))}
 }
 
-// serverLine is the first line of who, failover and verify: which server
-// answered, as whom. addr is where we connected, shown when the server does
-// not say (a unix socket).
-func serverLine(st styles, color bool, server dbconn.ServerInfo, addr string) string {
+// serverLine names the server that answered, in one line; when that is
+// wider than width (0: no limit), its parts go on further lines, indented.
+func serverLine(st styles, color bool, server dbconn.ServerInfo, addr string, width int) string {
 	if server.Addr != "" {
 		addr = net.JoinHostPort(server.Addr, strconv.Itoa(server.Port))
 	}
@@ -72,8 +71,21 @@ func serverLine(st styles, color bool, server dbconn.ServerInfo, addr string) st
 	if color {
 		label = st.Bold.Render(label)
 	}
-	return fmt.Sprintf("%s %s · PostgreSQL %s · database %s · as %s\n", label, addr,
-		shortVersion(server.Version), server.Database, server.User)
+	parts := []string{"PostgreSQL " + termSafe(shortVersion(server.Version)), "database " + termSafe(server.Database), "as " + termSafe(server.User)}
+	var b strings.Builder
+	b.WriteString(label + " " + termSafe(addr))
+	lineW := textWidth("server " + termSafe(addr))
+	for _, p := range parts {
+		if width > 0 && lineW+3+textWidth(p) > width {
+			b.WriteString("\n  " + p)
+			lineW = 2 + textWidth(p)
+			continue
+		}
+		b.WriteString(" · " + p)
+		lineW += 3 + textWidth(p)
+	}
+	b.WriteString("\n")
+	return b.String()
 }
 
 // painter renders text in a style only when colour is on: lipgloss costs

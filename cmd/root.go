@@ -108,7 +108,14 @@ while they hold the lease.`,
 		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
 			switch app.Global.Output {
 			case "text", "json":
+			case outputWide:
+				if !isWho(c) {
+					return usageErrorf("invalid --output %q: use text or json (wide is for leasectl who only)", app.Global.Output)
+				}
 			default:
+				if isWho(c) {
+					return usageErrorf("invalid --output %q: use text or json, or wide for every column", app.Global.Output)
+				}
 				return usageErrorf("invalid --output %q: use text or json", app.Global.Output)
 			}
 			if app.Global.Timeout <= 0 {
@@ -135,7 +142,12 @@ while they hold the lease.`,
 	pf.StringVarP(&app.Global.Output, "output", "o", "text", "output format: text or json")
 	pf.BoolVar(&app.Global.NoColor, "no-color", false, "plain output without colours (also when $NO_COLOR is set or stdout is not a terminal)")
 	pf.DurationVar(&app.Global.Timeout, "timeout", 5*time.Second, "time limit for connecting and for each database step")
-	_ = root.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = root.RegisterFlagCompletionFunc("output", func(c *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
+		if isWho(c) {
+			return []string{"text", outputWide, "json"}, cobra.ShellCompDirectiveNoFileComp
+		}
+		return []string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp
+	})
 	_ = root.MarkPersistentFlagFilename("keys", "yaml", "yml")
 
 	// Groups, in the order an operator meets them, as gh and kubectl do.

@@ -19,10 +19,97 @@ import (
 // writeColumns, which prints the same layout (TestColumnsMatchTablewriter).
 const tablewriterMaxRows = 500
 
+// tableOptions say how writeTable lays a table out.
+type tableOptions struct {
+	// Width is the width to fit the table to, in columns; 0: no limit.
+	// Only the last column gives way: its text wraps, at blanks, under
+	// itself.
+	Width int
+	// Paint styles the cells of the column of that header: it gets a
+	// cell's escaped text and returns it styled. Only the styles it adds
+	// reach the terminal as escape codes.
+	Paint map[string]func(string) string
+}
+
+// minWrapWidth is the narrowest the last column is wrapped to: below it,
+// lines are left long rather than broken into a column of fragments.
+const minWrapWidth = 20
+
 // writeTable prints a borderless table: a header line, then rows, columns
-// left-aligned two spaces apart, no trailing blanks. Cells may carry
-// lipgloss styles; widths ignore their escape codes.
-func writeTable(w io.Writer, header []string, rows [][]string) error {
+// left-aligned two spaces apart, no trailing blanks. Cells are plain text,
+// from anywhere: writeTable escapes each one (termSafe) before it measures,
+// wraps or paints it, so no cell can carry a control character to the
+// terminal, whatever its source.
+func writeTable(w io.Writer, header []string, rows [][]string, opt tableOptions) error {
+	header = slices.Clone(header)
+	for i, h := range header {
+		header[i] = termSafe(h)
+	}
+	safe := make([][]string, 0, len(rows))
+	for _, r := range rows {
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = termSafe(c)
+		}
+		safe = append(safe, cells)
+	}
+	if opt.Width > 0 && len(header) > 1 {
+		safe = wrapLastColumn(header, safe, opt.Width)
+	}
+	for col, h := range header {
+		paint := opt.Paint[h]
+		if paint == nil {
+			continue
+		}
+		for _, r := range safe {
+			if col < len(r) && r[col] != "" {
+				r[col] = paint(r[col])
+			}
+		}
+	}
+	return layoutTable(w, header, safe)
+}
+
+// wrapLastColumn wraps the last column's text so that every line fits in
+// width: a cell too long becomes more rows, empty but for the rest of its
+// text. The other columns keep their widths.
+func wrapLastColumn(header []string, rows [][]string, width int) [][]string {
+	last := len(header) - 1
+	start := 0
+	for col := range last {
+		w := cellWidth(header[col])
+		for _, r := range rows {
+			if col < len(r) {
+				w = max(w, cellWidth(r[col]))
+			}
+		}
+		start += w + 2
+	}
+	avail := max(width-start, minWrapWidth)
+	var out [][]string
+	for _, r := range rows {
+		if len(r) <= last || cellWidth(r[last]) <= avail {
+			out = append(out, r)
+			continue
+		}
+		for i, part := range wrapText(r[last], avail) {
+			if i == 0 {
+				first := slices.Clone(r)
+				first[last] = part
+				out = append(out, first)
+				continue
+			}
+			more := make([]string, len(r))
+			more[last] = part
+			out = append(out, more)
+		}
+	}
+	return out
+}
+
+// layoutTable prints what writeTable describes, of cells already escaped
+// (and perhaps styled).
+func layoutTable(w io.Writer, header []string, rows [][]string) error {
 	if len(rows) > tablewriterMaxRows {
 		return writeColumns(w, header, rows)
 	}

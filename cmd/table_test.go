@@ -33,7 +33,7 @@ func TestColumnsMatchTablewriter(t *testing.T) {
 			}
 		}
 		var viaTablewriter, viaColumns bytes.Buffer
-		if err := writeTable(&viaTablewriter, header, in); err != nil {
+		if err := layoutTable(&viaTablewriter, header, in); err != nil {
 			t.Fatal(err)
 		}
 		if err := writeColumns(&viaColumns, header, in); err != nil {
@@ -56,7 +56,7 @@ func TestColumnsMatchTablewriter(t *testing.T) {
 	for i := range tablewriterMaxRows + 1 {
 		many = append(many, []string{"r", fmt.Sprint(i), "FREE", "-"})
 	}
-	if err := writeTable(&big, header, many); err != nil {
+	if err := writeTable(&big, header, many, tableOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if lines := bytes.Count(big.Bytes(), []byte("\n")); lines != len(many)+1 {

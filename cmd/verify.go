@@ -164,7 +164,7 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 		err = writeJSON(app.IO.Out, verifyJSONOf(rep, opts.Stale))
 	} else {
 		cfg := conn.Config()
-		err = renderVerify(app.IO.Out, app.styles(), app.Color(), rep, dbconn.Addr(&cfg.Config))
+		err = renderVerify(app.IO.Out, app.styles(), app.Color(), rep, dbconn.Addr(&cfg.Config), app.Width())
 	}
 	if err != nil {
 		return err
@@ -181,23 +181,14 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 	return nil
 }
 
-func renderVerify(w io.Writer, st styles, color bool, rep *verify.Report, addr string) error {
-	paint := painter(color)
-	if _, err := io.WriteString(w, serverLine(st, color, rep.Server, addr)+"\n"); err != nil {
+func renderVerify(w io.Writer, st styles, color bool, rep *verify.Report, addr string, width int) error {
+	if _, err := io.WriteString(w, serverLine(st, color, rep.Server, addr, width)+"\n"); err != nil {
 		return err
 	}
 	var rows [][]string
 	failedOver := false
 	for _, r := range rep.Results {
 		status := string(r.Status)
-		switch r.Status {
-		case verify.Pass:
-			status = paint(st.OK, status)
-		case verify.Fail:
-			status = paint(st.Fail, status)
-		default:
-			status = paint(st.Dim, status)
-		}
 		role := r.Role
 		if role == "" {
 			role = "-"
@@ -205,13 +196,25 @@ func renderVerify(w io.Writer, st styles, color bool, rep *verify.Report, addr s
 		rows = append(rows, []string{r.Check, role, status, r.Detail})
 		failedOver = failedOver || (r.Failover != nil && r.Failover.Termination != nil)
 	}
-	if err := writeTable(w, []string{"CHECK", "ROLE", "RESULT", "DETAIL"}, rows); err != nil {
+	opt := tableOptions{Width: width}
+	if color {
+		opt.Paint = map[string]func(string) string{"RESULT": func(s string) string {
+			switch verify.Status(s) {
+			case verify.Pass:
+				return st.OK.Render(s)
+			case verify.Fail:
+				return st.Fail.Render(s)
+			}
+			return st.Dim.Render(s)
+		}}
+	}
+	if err := writeTable(w, []string{"CHECK", "ROLE", "RESULT", "DETAIL"}, rows, opt); err != nil {
 		return err
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nverify: %d passed, %d failed, %d skipped\n", rep.Count(verify.Pass), rep.Count(verify.Fail), rep.Count(verify.Skip))
 	if failedOver {
-		b.WriteString("Terminated leaders' programs may still be stopping: a leasectl run or lease package stand-by waits for them (the stop fence); other workers notice at their next heartbeat.\n")
+		b.WriteString(wrapIndented(0, "Terminated leaders' programs may still be stopping: a leasectl run or lease package stand-by waits for them (the stop fence); other workers notice at their next heartbeat.", width) + "\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/charmbracelet/lipgloss"
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/keys"
@@ -55,12 +56,19 @@ start and state: they show as "hidden", with the GRANT that reveals them.
 
 --check exits 1 when a requested role has no holder or a stale one, for
 alerts and deploy gates. --watch redraws every INTERVAL (default 2s) until
-Ctrl-C; give the interval as --watch=5s or as a duration argument.`,
+Ctrl-C; give the interval as --watch=5s or as a duration argument.
+
+On a terminal the table has the columns ROLE, STATE, PID, APPLICATION and
+LAST ACTIVITY, fitted to its width ($COLUMNS when set); -o wide adds KEY,
+USER, CLIENT and CONNECTED. When stdout is not a terminal every column is
+shown and no line is wrapped. Names from the server are shown with control
+characters escaped (\x1b, \r, \u202e).`,
 		Example: `  leasectl who                       # every role of keys.yaml
   leasectl who poller --check        # exit 1 when poller has no live leader
   leasectl who --all                 # also advisory locks of no role
   leasectl who 1840000001 --stale 15s
   leasectl who --watch               # follow a failover live
+  leasectl who -o wide               # every column: KEY, USER, CLIENT, CONNECTED too
   leasectl who -o json | jq '.leases[] | select(.state == "FREE") | .role'`,
 		ValidArgsFunction: completeRoles(app),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -273,7 +281,85 @@ func renderWho(w io.Writer, opts *whoOptions, v *whoView) error {
 	if opts.app.JSON() {
 		return writeJSON(w, whoJSONOf(v))
 	}
-	return renderWhoText(w, opts.app.styles(), opts.app.Color(), v)
+	return renderWhoText(w, opts.app.styles(), opts.app.Color(), v, whoLayoutOf(opts.app))
+}
+
+// whoLayout is how the text of who (and of failover's holder table) is
+// laid out.
+type whoLayout struct {
+	// Width to fit to; 0: none (stdout is not a terminal).
+	Width int
+	// Wide: every column (-o wide, and whenever there is no width, so
+	// that what scripts read stays as it was); else whoNarrowColumns.
+	Wide bool
+}
+
+func whoLayoutOf(app *App) whoLayout {
+	w := app.Width()
+	return whoLayout{Width: w, Wide: w == 0 || app.Global.Output == outputWide}
+}
+
+// outputWide is who's -o wide: text with every column.
+const outputWide = "wide"
+
+// isWho reports whether c is leasectl who, the one command with -o wide.
+func isWho(c *cobra.Command) bool {
+	return c.Name() == "who" && c.HasParent() && !c.Parent().HasParent()
+}
+
+// whoColumns are the columns of who's table with -o wide, and when stdout
+// is not a terminal; whoNarrowColumns those on a terminal, which fit in 80
+// columns for typical names. Narrow, a lock of no role shows its key as
+// "key N" in ROLE.
+var (
+	whoColumns       = []string{"ROLE", "KEY", "STATE", "PID", "USER", "APPLICATION", "CLIENT", "CONNECTED", "LAST ACTIVITY"}
+	whoNarrowColumns = []string{"ROLE", "STATE", "PID", "APPLICATION", "LAST ACTIVITY"}
+)
+
+// writeSessionTable prints rows of whoColumns (sessionRow's) as lay says.
+func writeSessionTable(w io.Writer, st styles, color bool, rows [][]string, lay whoLayout) error {
+	opt := tableOptions{Width: lay.Width}
+	if color {
+		opt.Paint = map[string]func(string) string{"STATE": statePainter(st)}
+	}
+	if lay.Wide {
+		return writeTable(w, whoColumns, rows, opt)
+	}
+	keep := make([]int, len(whoNarrowColumns))
+	for i, name := range whoNarrowColumns {
+		keep[i] = slices.Index(whoColumns, name)
+	}
+	narrow := make([][]string, len(rows))
+	for i, r := range rows {
+		cells := make([]string, len(keep))
+		for j, col := range keep {
+			cells[j] = r[col]
+		}
+		if r[0] == "-" { // no role: name the key
+			cells[0] = "key " + r[1]
+		}
+		narrow[i] = cells
+	}
+	return writeTable(w, whoNarrowColumns, narrow, opt)
+}
+
+// statePainter styles the state at the start of a STATE cell ("HELD", "HELD
+// STALE", "FREE", "waiting"), leaving the rest (", 1 waiting") plain.
+func statePainter(st styles) func(string) string {
+	states := []struct {
+		word  string
+		style lipgloss.Style
+	}{
+		{string(locks.Held) + " STALE", st.Fail}, {string(locks.Held), st.OK}, {string(locks.Free), st.Fail}, {"waiting", st.Warn},
+	}
+	return func(cell string) string {
+		for _, s := range states {
+			if strings.HasPrefix(cell, s.word) {
+				return s.style.Render(s.word) + cell[len(s.word):]
+			}
+		}
+		return cell
+	}
 }
 
 // watchWho redraws until ctx ends (Ctrl-C): in place on a terminal, as a
@@ -321,7 +407,7 @@ func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
 				conn.Close(context.Background())
 				conn = nil
 			}
-			msg := fmt.Sprintf("%s %s: %v (retrying every %s)\n", st.Fail.Render("✗"), time.Now().Format(time.TimeOnly), err, opts.Watch)
+			msg := fmt.Sprintf("%s %s: %s (retrying every %s)\n", st.Fail.Render("✗"), time.Now().Format(time.TimeOnly), termSafe(err.Error()), opts.Watch)
 			if app.JSON() {
 				fmt.Fprint(app.IO.ErrOut, msg)
 			} else {
@@ -333,7 +419,7 @@ func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
 				return err
 			}
 		default:
-			if err := renderWhoText(&frame, st, app.Color(), view); err != nil {
+			if err := renderWhoText(&frame, st, app.Color(), view, whoLayoutOf(app)); err != nil {
 				return err
 			}
 		}
@@ -355,20 +441,19 @@ func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
 
 // ---- text ----
 
-func renderWhoText(w io.Writer, st styles, color bool, v *whoView) error {
+func renderWhoText(w io.Writer, st styles, color bool, v *whoView, lay whoLayout) error {
 	paint := painter(color)
 	var head strings.Builder
-	head.WriteString(serverLine(st, color, v.server, v.addr))
+	head.WriteString(serverLine(st, color, v.server, v.addr, lay.Width))
 	if v.server.InRecovery {
-		fmt.Fprintf(&head, "%s this server is a standby: its advisory locks are its own and say nothing about the primary's leases; point --dsn at the primary\n",
-			paint(st.Warn, "⚠ standby:"))
+		fmt.Fprintf(&head, "%s %s\n", paint(st.Warn, "⚠ standby:"), wrapIndented(textWidth("⚠ standby: "), "this server is a standby: its advisory locks are its own and say nothing about the primary's leases; point --dsn at the primary", lay.Width))
 	}
 	head.WriteString("\n")
 	if _, err := io.WriteString(w, head.String()); err != nil {
 		return err
 	}
 	if len(v.leases) == 0 {
-		msg := "no advisory locks in database " + v.server.Database
+		msg := "no advisory locks in database " + termSafe(v.server.Database)
 		if !v.all {
 			msg = "no roles to show: the keys file has none (name KEYs, or use --all)"
 		}
@@ -384,12 +469,12 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView) error {
 		}
 		key := l.Key.String()
 		if !l.Held() {
-			rows = append(rows, []string{role, key, paint(st.Fail, string(locks.Free)) + waitingSuffix(l), "-", "-", "-", "-", "-", "-"})
+			rows = append(rows, []string{role, key, string(locks.Free) + waitingSuffix(l), "-", "-", "-", "-", "-", "-"})
 		}
 		for _, h := range l.Holders {
-			state := paint(st.OK, string(locks.Held))
+			state := string(locks.Held)
 			if h.Stale(v.now, v.staleAfter) {
-				state, anyStale = paint(st.Fail, string(locks.Held)+" STALE"), true
+				state, anyStale = string(locks.Held)+" STALE", true
 			}
 			if h.Shared {
 				state += " (shared)"
@@ -397,28 +482,30 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView) error {
 			rows = append(rows, sessionRow(role, key, state+waitingSuffix(l), h, v.now))
 		}
 		for _, s := range l.Waiters {
-			rows = append(rows, sessionRow(role, key, paint(st.Warn, "waiting"), s, v.now))
+			rows = append(rows, sessionRow(role, key, "waiting", s, v.now))
 		}
 		for _, s := range slices.Concat(l.Holders, l.Waiters) {
 			anyHidden = anyHidden || s.Hidden
 			anyPrepared = anyPrepared || s.Prepared != nil
 		}
 	}
-	if err := writeTable(w, []string{"ROLE", "KEY", "STATE", "PID", "USER", "APPLICATION", "CLIENT", "CONNECTED", "LAST ACTIVITY"}, rows); err != nil {
+	if err := writeSessionTable(w, st, color, rows, lay); err != nil {
 		return err
 	}
 	var foot strings.Builder
+	// note writes a footnote, its text escaped and wrapped under itself.
+	note := func(style lipgloss.Style, label, text string) {
+		fmt.Fprintf(&foot, "\n%s %s\n", paint(style, label), wrapIndented(len(label)+1, termSafe(text), lay.Width))
+	}
 	if anyStale {
-		fmt.Fprintf(&foot, "\n%s idle for longer than --stale %s: a hung leader, or a lock stranded on a pooled server connection whose client is gone\n",
-			paint(st.Fail, "STALE:"), v.staleAfter)
+		note(st.Fail, "STALE:", fmt.Sprintf("idle for longer than --stale %s: a hung leader, or a lock stranded on a pooled server connection whose client is gone", v.staleAfter))
 	}
 	if anyPrepared {
-		fmt.Fprintf(&foot, "\n%s held by a prepared transaction (no pid, no client): it lasts until COMMIT PREPARED or ROLLBACK PREPARED 'gid'\n",
-			paint(st.Warn, "prepared:"))
+		note(st.Warn, "prepared:", "held by a prepared transaction (no pid, no client): it lasts until COMMIT PREPARED or ROLLBACK PREPARED 'gid'")
 	}
 	if anyHidden {
-		fmt.Fprintf(&foot, "\n%s role %s may not read other roles' sessions, so their client, start and state are withheld (and staleness unknown); to reveal them: %s;\n",
-			paint(st.Warn, "hidden:"), v.server.User, locks.RevealGrant(v.server.User))
+		note(st.Warn, "hidden:", fmt.Sprintf("role %s may not read other roles' sessions, so their client, start and state are withheld (and staleness unknown); to reveal them: %s;",
+			v.server.User, locks.RevealGrant(v.server.User)))
 	}
 	_, err := io.WriteString(w, foot.String())
 	return err

@@ -1,0 +1,84 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/leasectl/leasectl/internal/pgtest"
+	"golang.org/x/sys/unix"
+)
+
+// openPTY opens a pseudo-terminal cols columns wide and returns its master
+// and its slave (the terminal a program writes to).
+func openPTY(t *testing.T, cols uint16) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.IoctlSetWinsize(int(s.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 40, Col: cols}); err != nil {
+		t.Fatal(err)
+	}
+	return m, s
+}
+
+// TestWhoOnAPseudoTerminal: the width comes from the terminal itself; on
+// one 60 columns wide who shows its narrow columns, styled, within it, and
+// $COLUMNS overrides the terminal's width.
+func TestWhoOnAPseudoTerminal(t *testing.T) {
+	keysPath := writeFile(t, "keys.yaml", "roles:\n  poller: 1840900021\n  scheduler: 1840900022\n")
+	hold(t, pgtest.Conn(t, testLab.DirectDSN(), "poller-7f9c"), 1840900021)
+	for _, tc := range []struct {
+		columns string
+		width   int
+	}{{"", 60}, {"100", 100}} {
+		master, slave := openPTY(t, 60)
+		streams := fileStreams(slave, slave, slave)
+		if !streams.OutTTY || streams.Width != 60 {
+			t.Fatalf("a pseudo-terminal of 60 columns: terminal %v, width %d", streams.OutTTY, streams.Width)
+		}
+		var got bytes.Buffer
+		read := make(chan struct{})
+		go func() { _, _ = io.Copy(&got, master); close(read) }()
+		app := &App{IO: streams, Getenv: func(k string) string {
+			if k == "COLUMNS" {
+				return tc.columns
+			}
+			return ""
+		}}
+		code := Run(context.Background(), app, []string{"--dsn", testLab.DirectDSN(), "--keys", keysPath, "who"})
+		slave.Close()
+		<-read                                                // the master reads EIO once the slave is closed
+		out := strings.ReplaceAll(got.String(), "\r\n", "\n") // the terminal's line discipline
+		if code != ExitOK {
+			t.Fatalf("COLUMNS %q: exit %d\n%s", tc.columns, code, out)
+		}
+		if !sgrOnly.MatchString(out) {
+			t.Errorf("COLUMNS %q: no styles on a terminal:\n%q", tc.columns, out)
+		}
+		linesWithin(t, "who on a pseudo-terminal", out, tc.width)
+		if h := tableHeader(t, sgrOnly.ReplaceAllString(out, "")); strings.Join(h, ",") != strings.Join(whoNarrowColumns, ",") {
+			t.Errorf("COLUMNS %q: columns %q, want %q", tc.columns, h, whoNarrowColumns)
+		}
+		row(t, sgrOnly.ReplaceAllString(out, ""), "poller", "HELD", "poller-7f9c")
+		noRawControls(t, "who on a pseudo-terminal", out)
+	}
+}
