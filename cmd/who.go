@@ -271,7 +271,7 @@ func holderName(s locks.Session) string {
 
 func renderWho(w io.Writer, opts *whoOptions, v *whoView) error {
 	if opts.app.JSON() {
-		return writeJSON(w, whoJSONOf(v))
+		return writeWhoJSON(w, v)
 	}
 	return renderWhoText(w, opts.app.styles(), opts.app.Color(), v)
 }
@@ -329,7 +329,7 @@ func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
 			}
 			err = nil
 		case app.JSON():
-			if err := writeJSON(&frame, whoJSONOf(view)); err != nil {
+			if err := writeWhoJSON(&frame, view); err != nil {
 				return err
 			}
 		default:
@@ -500,14 +500,17 @@ func fmtAge(d time.Duration) string {
 
 // ---- JSON ----
 
-// whoJSON is the documented schema of `leasectl who -o json` (README).
+// whoJSON is the documented schema of `leasectl who -o json`
+// (docs/json.md). writeWhoJSON writes the same bytes as writeJSON of it,
+// without building it.
 type whoJSON struct {
-	Server            dbconn.ServerInfo `json:"server"`
-	Now               time.Time         `json:"now"`
-	StaleAfterSeconds float64           `json:"stale_after_seconds"`
-	Leases            []leaseJSON       `json:"leases"`
-	Hidden            bool              `json:"hidden"`
-	RevealGrant       *string           `json:"reveal_grant"`
+	docHeader
+	Server       dbconn.ServerInfo `json:"server"`
+	Now          time.Time         `json:"now"`
+	StaleAfterMS float64           `json:"stale_after_ms"`
+	Leases       []leaseJSON       `json:"leases"`
+	Hidden       bool              `json:"hidden"`
+	RevealGrant  *string           `json:"reveal_grant"`
 }
 
 type leaseJSON struct {
@@ -534,9 +537,9 @@ type sessionJSON struct {
 	BackendStart    *time.Time    `json:"backend_start"`
 	State           *string       `json:"state"`
 	StateChange     *time.Time    `json:"state_change"`
-	IdleSeconds     *float64      `json:"idle_seconds"`
+	IdleMS          *float64      `json:"idle_ms"`
 	WaitStart       *time.Time    `json:"wait_start"`
-	WaitSeconds     *float64      `json:"wait_seconds"`
+	WaitMS          *float64      `json:"wait_ms"`
 	Stale           bool          `json:"stale"`
 	Hidden          bool          `json:"hidden"`
 	Gone            bool          `json:"gone"`
@@ -548,34 +551,64 @@ type preparedJSON struct {
 	Owner      string    `json:"owner"`
 }
 
+// whoJSONOf is the whole document of one reading.
 func whoJSONOf(v *whoView) whoJSON {
-	out := whoJSON{Server: v.server, Now: v.now, StaleAfterSeconds: v.staleAfter.Seconds(), Leases: make([]leaseJSON, 0, len(v.leases))}
-	for _, l := range v.leases {
-		lj := leaseJSON{
-			Key: l.Key.String(), KeyForm: "bigint", Requested: l.Requested, State: string(l.State()),
-			Stale: l.Stale(v.now, v.staleAfter), WaiterCount: len(l.Waiters),
-			Holders: make([]sessionJSON, 0, len(l.Holders)), Waiters: make([]sessionJSON, 0, len(l.Waiters)),
-		}
-		if l.Role != "" {
-			lj.Role = &l.Role
-		}
-		if l.Key.Form == locks.Pair {
-			lj.KeyForm = "pair"
-		}
-		lj.Health = map[locks.Health]string{locks.Healthy: "ok", locks.NoHolder: "no_holder", locks.StaleHolder: "stale"}[l.Health(v.now, v.staleAfter)]
-		for _, s := range l.Holders {
-			lj.Holders = append(lj.Holders, sessionJSONOf(s, v.now, v.staleAfter))
-		}
-		for _, s := range l.Waiters {
-			lj.Waiters = append(lj.Waiters, sessionJSONOf(s, v.now, v.staleAfter))
-		}
-		out.Leases = append(out.Leases, lj)
+	out := whoJSON{docHeader: header(v.checkError() == nil), Server: v.server, Now: v.now, StaleAfterMS: msOf(v.staleAfter),
+		Leases: make([]leaseJSON, 0, len(v.leases))}
+	for i := range v.leases {
+		out.Leases = append(out.Leases, leaseJSONOf(v, i))
 	}
-	if locks.AnyHidden(v.leases) {
-		grant := locks.RevealGrant(v.server.User)
-		out.Hidden, out.RevealGrant = true, &grant
-	}
+	out.Hidden, out.RevealGrant = whoHidden(v)
 	return out
+}
+
+// writeWhoJSON writes the document of one reading, a lease at a time: with
+// --all that is thousands of them, never held as one document. The bytes
+// are writeJSON(whoJSONOf(v)).
+func writeWhoJSON(w io.Writer, v *whoView) error {
+	o := newJSONObject(w)
+	o.Header(header(v.checkError() == nil))
+	o.Field("server", v.server)
+	o.Field("now", v.now)
+	o.Field("stale_after_ms", msOf(v.staleAfter))
+	o.Array("leases", len(v.leases), func(i int) any { return leaseJSONOf(v, i) })
+	hidden, grant := whoHidden(v)
+	o.Field("hidden", hidden)
+	o.Field("reveal_grant", grant)
+	return o.Close()
+}
+
+func whoHidden(v *whoView) (bool, *string) {
+	if !locks.AnyHidden(v.leases) {
+		return false, nil
+	}
+	grant := locks.RevealGrant(v.server.User)
+	return true, &grant
+}
+
+var healthJSON = map[locks.Health]string{locks.Healthy: "ok", locks.NoHolder: "no_holder", locks.StaleHolder: "stale"}
+
+func leaseJSONOf(v *whoView, i int) leaseJSON {
+	l := &v.leases[i]
+	lj := leaseJSON{
+		Key: l.Key.String(), KeyForm: "bigint", Requested: l.Requested, State: string(l.State()),
+		Stale: l.Stale(v.now, v.staleAfter), WaiterCount: len(l.Waiters),
+		Holders: make([]sessionJSON, 0, len(l.Holders)), Waiters: make([]sessionJSON, 0, len(l.Waiters)),
+	}
+	if l.Role != "" {
+		lj.Role = &l.Role
+	}
+	if l.Key.Form == locks.Pair {
+		lj.KeyForm = "pair"
+	}
+	lj.Health = healthJSON[l.Health(v.now, v.staleAfter)]
+	for _, s := range l.Holders {
+		lj.Holders = append(lj.Holders, sessionJSONOf(s, v.now, v.staleAfter))
+	}
+	for _, s := range l.Waiters {
+		lj.Waiters = append(lj.Waiters, sessionJSONOf(s, v.now, v.staleAfter))
+	}
+	return lj
 }
 
 // sessionJSONOf renders s as read at now; staleAfter 0 means no staleness
@@ -599,10 +632,10 @@ func sessionJSONOf(s locks.Session, now time.Time, staleAfter time.Duration) ses
 		j.State = &s.State
 	}
 	if d, ok := s.Idle(now); ok {
-		j.IdleSeconds = secondsOf(d)
+		j.IdleMS = msPtr(d)
 	}
 	if d, ok := s.Waited(now); ok {
-		j.WaitSeconds = secondsOf(d)
+		j.WaitMS = msPtr(d)
 	}
 	return j
 }
@@ -612,9 +645,4 @@ func timeOrNil(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
-}
-
-func secondsOf(d time.Duration) *float64 {
-	s := d.Round(time.Millisecond).Seconds()
-	return &s
 }
