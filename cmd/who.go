@@ -571,7 +571,10 @@ func writeWhoJSON(w io.Writer, v *whoView) error {
 	o.Field("server", v.server)
 	o.Field("now", v.now)
 	o.Field("stale_after_ms", msOf(v.staleAfter))
-	o.Array("leases", len(v.leases), func(i int) any { return leaseJSONOf(v, i) })
+	o.Array("leases", len(v.leases), func(i int) any {
+		lj := leaseJSONOf(v, i)
+		return &lj
+	})
 	hidden, grant := whoHidden(v)
 	o.Field("hidden", hidden)
 	o.Field("reveal_grant", grant)
@@ -609,6 +612,93 @@ func leaseJSONOf(v *whoView, i int) leaseJSON {
 		lj.Waiters = append(lj.Waiters, sessionJSONOf(s, v.now, v.staleAfter))
 	}
 	return lj
+}
+
+// appendJSON writes l as encoding/json does, a few times faster: who
+// --all prints thousands. TestWhoJSONStream holds the two equal.
+func (l *leaseJSON) appendJSON(a *jsonAppender) {
+	a.open('{')
+	a.key("role")
+	a.strPtr(l.Role)
+	a.key("key")
+	a.str(l.Key)
+	a.key("key_form")
+	a.str(l.KeyForm)
+	a.key("requested")
+	a.bool(l.Requested)
+	a.key("state")
+	a.str(l.State)
+	a.key("stale")
+	a.bool(l.Stale)
+	a.key("health")
+	a.str(l.Health)
+	a.key("waiter_count")
+	a.int(int64(l.WaiterCount))
+	for _, f := range []struct {
+		name     string
+		sessions []sessionJSON
+	}{{"holders", l.Holders}, {"waiters", l.Waiters}} {
+		a.key(f.name)
+		if f.sessions == nil {
+			a.null()
+			continue
+		}
+		a.open('[')
+		for i := range f.sessions {
+			a.item()
+			f.sessions[i].appendJSON(a)
+		}
+		a.close(']')
+	}
+	a.close('}')
+}
+
+func (s *sessionJSON) appendJSON(a *jsonAppender) {
+	a.open('{')
+	a.key("pid")
+	a.int32Ptr(s.PID)
+	a.key("prepared_xact")
+	if p := s.PreparedXact; p == nil {
+		a.null()
+	} else {
+		a.open('{')
+		a.key("gid")
+		a.str(p.GID)
+		a.key("prepared_at")
+		a.time(p.PreparedAt)
+		a.key("owner")
+		a.str(p.Owner)
+		a.close('}')
+	}
+	a.key("mode")
+	a.str(s.Mode)
+	a.key("user")
+	a.str(s.User)
+	a.key("application_name")
+	a.str(s.ApplicationName)
+	a.key("client_addr")
+	a.strPtr(s.ClientAddr)
+	a.key("client_port")
+	a.int32Ptr(s.ClientPort)
+	a.key("backend_start")
+	a.timePtr(s.BackendStart)
+	a.key("state")
+	a.strPtr(s.State)
+	a.key("state_change")
+	a.timePtr(s.StateChange)
+	a.key("idle_ms")
+	a.floatPtr(s.IdleMS)
+	a.key("wait_start")
+	a.timePtr(s.WaitStart)
+	a.key("wait_ms")
+	a.floatPtr(s.WaitMS)
+	a.key("stale")
+	a.bool(s.Stale)
+	a.key("hidden")
+	a.bool(s.Hidden)
+	a.key("gone")
+	a.bool(s.Gone)
+	a.close('}')
 }
 
 // sessionJSONOf renders s as read at now; staleAfter 0 means no staleness

@@ -501,7 +501,7 @@ func (r *runner) lead(ctx context.Context, s *sessions) outcome {
 	defer cancelWork(nil)
 	workDone := make(chan struct{})
 	var workErr error
-	r.setState(Leading, s.info.BackendPID, nil, "fence_backend_pid", s.fenceInfo.BackendPID, "fence_wait", roundMS(fenceWait))
+	r.setState(Leading, s.info.BackendPID, nil, "fence_backend_pid", s.fenceInfo.BackendPID, "fence_wait", fenceWait.Round(10*time.Microsecond))
 	go func() {
 		defer close(workDone)
 		workErr = r.work(workCtx)
@@ -747,5 +747,3 @@ func closeOnDone(ctx context.Context, conn *pgx.Conn) (release func()) {
 	stop := context.AfterFunc(ctx, func() { _ = conn.PgConn().Conn().Close() })
 	return func() { stop() }
 }
-
-func roundMS(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
