@@ -166,7 +166,7 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 		return err // nothing was terminated
 	}
 	if app.JSON() {
-		if werr := writeJSON(app.IO.Out, failoverCmdJSON{Server: target.Server, ViaProxy: target.ViaProxy, failoverJSON: failoverJSONOf(res)}); werr != nil {
+		if werr := writeJSON(app.IO.Out, failoverCmdJSON{docHeader: header(err == nil), Server: target.Server, ViaProxy: target.ViaProxy, failoverJSON: failoverJSONOf(res)}); werr != nil {
 			return werr
 		}
 		return err
@@ -320,8 +320,9 @@ func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // ---- JSON ----
 
 // failoverCmdJSON is the documented schema of `leasectl failover -o json`
-// (README).
+// (docs/json.md).
 type failoverCmdJSON struct {
+	docHeader
 	Server   dbconn.ServerInfo `json:"server"`
 	ViaProxy bool              `json:"via_proxy"`
 	failoverJSON

@@ -117,6 +117,7 @@ func TestFailoverMovesTheLeaseToTheStandBy(t *testing.T) {
 	if js.Code != 0 {
 		t.Fatalf("-o json: exit %d\n%s%s", js.Code, js.Stdout, js.Stderr)
 	}
+	checkJSONDoc(t, js.Stdout, js.Code, "failover")
 	var doc failoverCmdJSON
 	if err := json.Unmarshal([]byte(js.Stdout), &doc); err != nil {
 		t.Fatalf("stdout is not one JSON document: %v\n%s", err, js.Stdout)
@@ -270,6 +271,13 @@ func TestFailoverGivesUpWithoutStandBy(t *testing.T) {
 	if js.Code != ExitCheckFailed || js.Stdout != "" {
 		t.Errorf("nothing held: exit %d, stdout %q; want 1 and no document", js.Code, js.Stdout)
 	}
+	// In JSON the document says so with ok false.
+	leader(t, testLab.DirectDSN(), "lonely", foPollerKey)
+	js = failover(t, "poller", "--yes", "--force", "--wait", "300ms", "-o", "json")
+	checkJSONDoc(t, js.Stdout, js.Code, "failover")
+	if js.Code != ExitCheckFailed || !strings.Contains(js.Stdout, `"took_over": false`) {
+		t.Errorf("no stand-by, -o json: exit %d\n%s%s", js.Code, js.Stdout, js.Stderr)
+	}
 }
 
 func TestFailoverRefusesAStandbyServer(t *testing.T) {
@@ -374,6 +382,7 @@ func TestFailoverAsksTheLeaderToStepDown(t *testing.T) {
 	if res.Code != 0 {
 		t.Fatalf("exit %d\n%s%s\nleader:\n%s\nstand-by:\n%s", res.Code, res.Stdout, res.Stderr, first.stderr, second.stderr)
 	}
+	checkJSONDoc(t, res.Stdout, res.Code, "failover")
 	var doc failoverCmdJSON
 	if err := json.Unmarshal([]byte(res.Stdout), &doc); err != nil {
 		t.Fatalf("%v\n%s", err, res.Stdout)
@@ -394,6 +403,7 @@ func TestFailoverAsksTheLeaderToStepDown(t *testing.T) {
 	if !alive(t, int32(oldBackend)) {
 		t.Errorf("the old leader's backend %d was terminated", oldBackend)
 	}
+	checkJSONLog(t, first.stderr.String())
 	for _, want := range []string{`"msg":"asked to step down (leasectl failover): stopping work, then releasing the key"`, `"msg":"stepped down on request; standing by again"`} {
 		if !strings.Contains(first.stderr.String(), want) {
 			t.Errorf("the old leader's log lacks %s:\n%s", want, first.stderr)

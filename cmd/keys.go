@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/leasectl/leasectl/keys"
@@ -123,9 +124,11 @@ Rules:
 	return c
 }
 
+// lintJSON is the documented schema of `leasectl keys lint -o json`
+// (docs/json.md).
 type lintJSON struct {
+	docHeader
 	File     string        `json:"file"`
-	Valid    bool          `json:"valid"`
 	Roles    []entryJSON   `json:"roles"`
 	Retired  []entryJSON   `json:"retired"`
 	Problems []problemJSON `json:"problems"`
@@ -133,22 +136,22 @@ type lintJSON struct {
 
 type entryJSON struct {
 	Name string `json:"name"`
-	Key  int64  `json:"key"`
+	Key  string `json:"key"`
 	Line int    `json:"line"`
 }
 
 type problemJSON struct {
-	Rule    string `json:"rule"`
-	File    string `json:"file"`
-	Line    int    `json:"line"`
-	Role    string `json:"role,omitempty"`
-	Message string `json:"message"`
+	Rule    string  `json:"rule"`
+	File    string  `json:"file"`
+	Line    int     `json:"line"`
+	Role    *string `json:"role"`
+	Message string  `json:"message"`
 }
 
 func entriesJSON(entries []keys.Entry) []entryJSON {
 	out := make([]entryJSON, len(entries))
 	for i, e := range entries {
-		out[i] = entryJSON{Name: e.Name, Key: e.Key, Line: e.Line}
+		out[i] = entryJSON{Name: e.Name, Key: strconv.FormatInt(e.Key, 10), Line: e.Line}
 	}
 	return out
 }
@@ -171,12 +174,12 @@ func runKeysLint(ctx context.Context, opts *keysLintOptions) error {
 	w := app.IO.Out
 	switch opts.Format {
 	case formatJSON:
-		out := lintJSON{File: path, Valid: f != nil, Roles: []entryJSON{}, Retired: []entryJSON{}, Problems: []problemJSON{}}
+		out := lintJSON{docHeader: header(f != nil), File: path, Roles: []entryJSON{}, Retired: []entryJSON{}, Problems: []problemJSON{}}
 		if f != nil {
 			out.Roles, out.Retired = entriesJSON(f.Roles), entriesJSON(f.Retired)
 		}
 		for _, p := range problems {
-			out.Problems = append(out.Problems, problemJSON{Rule: p.Rule, File: path, Line: p.Line, Role: p.Role, Message: p.Message})
+			out.Problems = append(out.Problems, problemJSON{Rule: p.Rule, File: path, Line: p.Line, Role: strOrNil(p.Role), Message: p.Message})
 		}
 		if err := writeJSON(w, out); err != nil {
 			return err
@@ -276,24 +279,27 @@ Rules:
 	return c
 }
 
-// diffResult is what keys diff found, in the form -o json prints.
+// diffResult is what keys diff found, in the form -o json prints: the
+// documented schema of `leasectl keys diff -o json` (docs/json.md).
 type diffResult struct {
+	docHeader
 	File        string        `json:"file"`
 	Base        *diffBaseJSON `json:"base"`
-	MissingBase string        `json:"missing_base,omitempty"`
-	Compatible  bool          `json:"compatible"`
-	Errors      int           `json:"errors"`
-	Infos       int           `json:"infos"`
-	Findings    []findingJSON `json:"findings"`
+	MissingBase *string       `json:"missing_base"`
+	// Compatible: no finding is an error; ok in JSON.
+	Compatible bool          `json:"-"`
+	Errors     int           `json:"errors"`
+	Infos      int           `json:"infos"`
+	Findings   []findingJSON `json:"findings"`
 
 	baseLabel string
 }
 
 type diffBaseJSON struct {
-	Source string `json:"source"` // "git" or "file"
-	Ref    string `json:"ref,omitempty"`
-	Commit string `json:"commit,omitempty"`
-	Path   string `json:"path"`
+	Source string  `json:"source"` // "git" or "file"
+	Ref    *string `json:"ref"`
+	Commit *string `json:"commit"`
+	Path   string  `json:"path"`
 }
 
 type findingJSON struct {
@@ -301,7 +307,7 @@ type findingJSON struct {
 	Severity keys.Severity `json:"severity"`
 	File     string        `json:"file"`
 	Line     int           `json:"line"`
-	Role     string        `json:"role"`
+	Role     *string       `json:"role"`
 	Message  string        `json:"message"`
 }
 
@@ -329,13 +335,14 @@ func runKeysDiff(ctx context.Context, opts *keysDiffOptions) error {
 		var src keys.GitSource
 		base, src, err = keys.LoadFromGit(ctx, path, opts.Base)
 		if err == nil {
-			res.Base = &diffBaseJSON{Source: "git", Ref: src.Ref, Commit: src.Commit, Path: src.Path}
+			res.Base = &diffBaseJSON{Source: "git", Ref: strOrNil(src.Ref), Commit: strOrNil(src.Commit), Path: src.Path}
 			res.baseLabel = src.String()
 		}
 	}
 	switch {
 	case err != nil && opts.AllowMissingBase && keys.IsMissingBase(err):
-		res.MissingBase = err.Error()
+		msg := err.Error()
+		res.MissingBase = &msg
 	case err != nil:
 		return err
 	default:
@@ -345,7 +352,7 @@ func runKeysDiff(ctx context.Context, opts *keysDiffOptions) error {
 			} else {
 				res.Infos++
 			}
-			res.Findings = append(res.Findings, findingJSON{Rule: f.Rule, Severity: f.Severity, File: path, Line: f.Line, Role: f.Role, Message: f.Message})
+			res.Findings = append(res.Findings, findingJSON{Rule: f.Rule, Severity: f.Severity, File: path, Line: f.Line, Role: strOrNil(f.Role), Message: f.Message})
 		}
 		res.Compatible = res.Errors == 0
 	}
@@ -362,13 +369,14 @@ func renderDiff(ctx context.Context, app *App, format string, res *diffResult) e
 	w := app.IO.Out
 	switch format {
 	case formatJSON:
+		res.docHeader = header(res.Compatible)
 		return writeJSON(w, res)
 	case formatGH:
 		file := annotationPath(ctx, res.File)
 		for _, f := range res.Findings {
 			writeAnnotation(w, f.Severity, file, f.Line, f.Rule, f.Message)
 		}
-		if res.MissingBase != "" {
+		if res.MissingBase != nil {
 			// A pass that compared nothing must show on the pull request.
 			writeWorkflowCommand(w, "warning", file, 0, "leasectl keys diff", diffSummary(res, file))
 			return nil
@@ -397,8 +405,8 @@ func renderDiff(ctx context.Context, app *App, format string, res *diffResult) e
 
 func diffSummary(res *diffResult, file string) string {
 	switch {
-	case res.MissingBase != "":
-		return fmt.Sprintf("%s: nothing to compare with, passing because of --allow-missing-base (%s)", file, res.MissingBase)
+	case res.MissingBase != nil:
+		return fmt.Sprintf("%s: nothing to compare with, passing because of --allow-missing-base (%s)", file, *res.MissingBase)
 	case !res.Compatible:
 		counts := plural(res.Errors, "error")
 		if res.Infos > 0 {

@@ -200,15 +200,15 @@ func TestKeysDiffFromGit(t *testing.T) {
 	res = runCLI(t, nil, "--keys", file, "keys", "diff", "--base", "v1.0.0", "-o", "json")
 	wantExit(t, res, ExitCheckFailed)
 	var out struct {
-		Base       struct{ Source, Ref, Commit, Path string }
-		Compatible bool
-		Findings   []struct{ Rule, Role string }
+		Base     struct{ Source, Ref, Commit, Path string }
+		OK       bool
+		Findings []struct{ Rule, Role string }
 	}
 	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil {
 		t.Fatal(err)
 	}
 	if out.Base.Ref != "v1.0.0" || out.Base.Commit != r.Git("rev-parse", "v1.0.0") || out.Base.Path != "keys.yaml" || out.Base.Source != "git" ||
-		out.Compatible || len(out.Findings) != 1 || out.Findings[0].Rule != keys.RuleKeyChanged {
+		out.OK || len(out.Findings) != 1 || out.Findings[0].Rule != keys.RuleKeyChanged {
 		t.Errorf("json: %+v", out)
 	}
 

@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -157,7 +156,7 @@ func runLabUp(ctx context.Context, opts *labOptions) error {
 	took := time.Since(began)
 	if app.JSON() {
 		out := labJSON(l)
-		out.StartSeconds = took.Seconds()
+		out.StartMS = msOf(took)
 		return writeJSON(app.IO.Out, out)
 	}
 	st := app.styles()
@@ -266,7 +265,7 @@ func newLabDownCmd(opts *labOptions) *cobra.Command {
 				return fmt.Errorf("stop lab: %w", err)
 			}
 			if opts.app.JSON() {
-				return writeJSON(opts.app.IO.Out, map[string]any{"dir": l.Dir, "stopped": true})
+				return writeJSON(opts.app.IO.Out, labDownJSON{docHeader: header(true), Dir: l.Dir, Stopped: true})
 			}
 			fmt.Fprintf(opts.app.IO.Out, "%s lab in %s stopped and removed\n", opts.app.styles().OK.Render("✓"), l.Dir)
 			return nil
@@ -304,11 +303,11 @@ switchover, kill-primary); run "lab env" again after those.`,
 				return err
 			}
 			if opts.app.JSON() {
-				vars := map[string]string{}
+				out := labEnvJSON{docHeader: header(true), Dir: l.Dir, Env: map[string]string{}}
 				for _, v := range labVars(l) {
-					vars[v.name] = v.value
+					out.Env[v.name] = v.value
 				}
-				return writeJSON(opts.app.IO.Out, vars)
+				return writeJSON(opts.app.IO.Out, out)
 			}
 			for _, v := range labVars(l) {
 				switch opts.Shell {
@@ -347,7 +346,7 @@ role Patroni gives it, and HAProxy's primary and replicas ports.`,
 				allUp = allUp && comp.Up
 			}
 			if opts.app.JSON() {
-				if err := writeJSON(opts.app.IO.Out, map[string]any{"dir": l.Dir, "up": allUp, "components": comps}); err != nil {
+				if err := writeJSON(opts.app.IO.Out, labStatusJSONOf(l, allUp, comps)); err != nil {
 					return err
 				}
 			} else {
@@ -384,30 +383,73 @@ role Patroni gives it, and HAProxy's primary and replicas ports.`,
 	}
 }
 
+// labJSONOut is the documented schema of `leasectl lab up -o json`
+// (docs/json.md).
 type labJSONOut struct {
-	Dir          string            `json:"dir"`
-	Version      string            `json:"version"`
-	Pooler       string            `json:"pooler_version"`
-	DSNs         map[string]string `json:"dsns"`
-	Pass         string            `json:"passfile"`
-	HA           *labHAJSON        `json:"ha,omitempty"`
-	StartSeconds float64           `json:"start_seconds,omitempty"`
+	docHeader
+	Dir     string            `json:"dir"`
+	Version string            `json:"version"`
+	Pooler  string            `json:"pooler_version"`
+	DSNs    map[string]string `json:"dsns"`
+	Pass    string            `json:"passfile"`
+	HA      *labHAJSON        `json:"ha"`
+	StartMS float64           `json:"start_ms"`
 }
 
 type labHAJSON struct {
-	Patroni      string  `json:"patroni_version"`
-	Etcd         string  `json:"etcd_version"`
-	HAProxy      string  `json:"haproxy_version"`
-	Primary      string  `json:"primary"`
-	TTL          float64 `json:"ttl_seconds"`
-	LoopWait     float64 `json:"loop_wait_seconds"`
-	RetryTimeout float64 `json:"retry_timeout_seconds"`
-	Checks       string  `json:"checks"`
-	CheckTimeout string  `json:"check_timeout"`
+	Patroni        string  `json:"patroni_version"`
+	Etcd           string  `json:"etcd_version"`
+	HAProxy        string  `json:"haproxy_version"`
+	Primary        string  `json:"primary"`
+	TTLMS          float64 `json:"ttl_ms"`
+	LoopWaitMS     float64 `json:"loop_wait_ms"`
+	RetryTimeoutMS float64 `json:"retry_timeout_ms"`
+	Checks         string  `json:"checks"`
+	CheckTimeoutMS float64 `json:"check_timeout_ms"`
+}
+
+// labDownJSON is `leasectl lab down -o json`.
+type labDownJSON struct {
+	docHeader
+	Dir     string `json:"dir"`
+	Stopped bool   `json:"stopped"`
+}
+
+// labEnvJSON is `leasectl lab env -o json`: the variables lab env exports.
+type labEnvJSON struct {
+	docHeader
+	Dir string            `json:"dir"`
+	Env map[string]string `json:"env"`
+}
+
+// labStatusJSON is `leasectl lab status -o json`.
+type labStatusJSON struct {
+	docHeader
+	Dir        string             `json:"dir"`
+	Components []labComponentJSON `json:"components"`
+}
+
+type labComponentJSON struct {
+	Name   string  `json:"name"`
+	Kind   string  `json:"kind"`
+	Port   int     `json:"port"`
+	Socket *string `json:"socket"`
+	Role   *string `json:"role"`
+	PID    int     `json:"pid"`
+	Up     bool    `json:"up"`
+}
+
+func labStatusJSONOf(l *lab.Lab, allUp bool, comps []lab.Component) labStatusJSON {
+	out := labStatusJSON{docHeader: header(allUp), Dir: l.Dir, Components: make([]labComponentJSON, 0, len(comps))}
+	for _, c := range comps {
+		out.Components = append(out.Components, labComponentJSON{Name: c.Name, Kind: c.Kind, Port: c.Port,
+			Socket: strOrNil(c.Socket), Role: strOrNil(c.Role), PID: c.PID, Up: c.Up})
+	}
+	return out
 }
 
 func labJSON(l *lab.Lab) labJSONOut {
-	out := labJSONOut{Dir: l.Dir, Version: l.Version, Pooler: l.PoolerVersion, DSNs: map[string]string{}, Pass: l.PassFile}
+	out := labJSONOut{docHeader: header(true), Dir: l.Dir, Version: l.Version, Pooler: l.PoolerVersion, DSNs: map[string]string{}, Pass: l.PassFile}
 	if ha := l.HA; ha != nil {
 		primary := ""
 		for _, n := range ha.Nodes {
@@ -416,8 +458,8 @@ func labJSON(l *lab.Lab) labJSONOut {
 			}
 		}
 		out.HA = &labHAJSON{Patroni: ha.PatroniVersion, Etcd: ha.Etcd.Version, HAProxy: ha.Router.Version, Primary: primary,
-			TTL: ha.TTL.Seconds(), LoopWait: ha.LoopWait.Seconds(), RetryTimeout: ha.RetryTimeout.Seconds(),
-			Checks: ha.Router.Checks, CheckTimeout: ha.Router.CheckTimeout}
+			TTLMS: msOf(ha.TTL), LoopWaitMS: msOf(ha.LoopWait), RetryTimeoutMS: msOf(ha.RetryTimeout),
+			Checks: ha.Router.Checks, CheckTimeoutMS: msOf(ha.CheckTimeout)}
 	}
 	for _, v := range labVars(l) {
 		if v.label != "" && v.label != "passfile" {
@@ -442,16 +484,31 @@ func loadHALab(opts *labOptions) (*lab.Lab, error) {
 	return l, nil
 }
 
+// labChangeJSON is `leasectl lab switchover -o json` and `lab
+// kill-primary -o json`.
 type labChangeJSON struct {
-	From     string  `json:"from"`
-	To       string  `json:"to"`
-	Writable float64 `json:"writable_seconds"`
-	Routed   float64 `json:"routed_seconds"`
-	Rejoined float64 `json:"rejoined_seconds,omitempty"`
+	docHeader
+	From       string   `json:"from"`
+	To         string   `json:"to"`
+	WritableMS float64  `json:"writable_ms"`
+	RoutedMS   float64  `json:"routed_ms"`
+	RejoinedMS *float64 `json:"rejoined_ms"` // null after kill-primary: the old primary is dead
 }
 
 func changeJSON(ch *lab.HAChange) labChangeJSON {
-	return labChangeJSON{From: ch.From, To: ch.To, Writable: ch.Writable.Seconds(), Routed: ch.Routed.Seconds(), Rejoined: ch.Rejoined.Seconds()}
+	out := labChangeJSON{docHeader: header(true), From: ch.From, To: ch.To, WritableMS: msOf(ch.Writable), RoutedMS: msOf(ch.Routed)}
+	if ch.Rejoined > 0 {
+		out.RejoinedMS = msPtr(ch.Rejoined)
+	}
+	return out
+}
+
+// labReviveJSON is `leasectl lab revive -o json`.
+type labReviveJSON struct {
+	docHeader
+	Node   string  `json:"node"`
+	Role   string  `json:"role"`
+	TookMS float64 `json:"took_ms"`
 }
 
 func newLabSwitchoverCmd(opts *labOptions) *cobra.Command {
@@ -559,18 +616,12 @@ or as the primary when no other node is. NODE is node1 or node2.`,
 				role = "primary"
 			}
 			if opts.app.JSON() {
-				return writeJSON(opts.app.IO.Out, map[string]any{"node": args[0], "role": role, "seconds": took.Seconds()})
+				return writeJSON(opts.app.IO.Out, labReviveJSON{docHeader: header(true), Node: args[0], Role: role, TookMS: msOf(took)})
 			}
 			fmt.Fprintf(opts.app.IO.Out, "%s %s is back as the %s after %.1fs\n", opts.app.styles().OK.Render("✓"), args[0], role, took.Seconds())
 			return nil
 		},
 	}
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // shellQuote quotes s for POSIX shells and fish.

@@ -17,19 +17,22 @@ func TestLabUpEnvStatusDown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	up := runCLIWith(t, ctx, nil, false, "", "lab", "up", "--dir", dir, "--pooler", "stmt=statement:2")
+	up := runCLIWith(t, ctx, nil, false, "", "lab", "up", "--dir", dir, "--pooler", "stmt=statement:2", "-o", "json")
 	defer runCLI(t, nil, "lab", "down", "--dir", dir)
 	if up.Code != 0 {
 		t.Fatalf("lab up: exit %d\n%s%s", up.Code, up.Stdout, up.Stderr)
 	}
+	checkJSONDoc(t, up.Stdout, up.Code, "lab up")
 	env := runCLI(t, nil, "lab", "env", "--dir", dir, "-o", "json")
 	if env.Code != 0 {
 		t.Fatalf("lab env: exit %d: %s", env.Code, env.Stderr)
 	}
-	var vars map[string]string
-	if err := json.Unmarshal([]byte(env.Stdout), &vars); err != nil {
+	checkJSONDoc(t, env.Stdout, env.Code, "lab env")
+	var doc labEnvJSON
+	if err := json.Unmarshal([]byte(env.Stdout), &doc); err != nil {
 		t.Fatalf("lab env -o json: %v\n%s", err, env.Stdout)
 	}
+	vars := doc.Env
 	for _, name := range []string{"LEASECTL_DSN", "LEASECTL_LAB_DSN", "LEASECTL_LAB_SOCKET_DSN", "LEASECTL_LAB_TX_DSN", "LEASECTL_LAB_SESSION_DSN", "LEASECTL_LAB_STMT_DSN"} {
 		dsn := vars[name]
 		if dsn == "" {
@@ -57,10 +60,11 @@ func TestLabUpEnvStatusDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	down := runCLI(t, nil, "lab", "down", "--dir", dir)
+	down := runCLI(t, nil, "lab", "down", "--dir", dir, "-o", "json")
 	if down.Code != 0 {
 		t.Fatalf("lab down: exit %d: %s", down.Code, down.Stderr)
 	}
+	checkJSONDoc(t, down.Stdout, down.Code, "lab down")
 	if left := lab.ProcessesUsing(l.RunDir); len(left) > 0 {
 		t.Fatalf("lab down left processes behind: %v", left)
 	}
@@ -89,13 +93,15 @@ func TestLabHAUpEnvSwitchoverKillReviveDown(t *testing.T) {
 	if err := json.Unmarshal([]byte(up.Stdout), &started); err != nil || started.HA == nil || started.HA.Primary != "node1" {
 		t.Fatalf("lab up --ha -o json: %v\n%s", err, up.Stdout)
 	}
-	t.Logf("lab up --ha took %.1fs; checks: %s, timeout check %s", started.StartSeconds, started.HA.Checks, started.HA.CheckTimeout)
+	checkJSONDoc(t, up.Stdout, up.Code, "lab up")
+	t.Logf("lab up --ha took %.0f ms; checks: %s, timeout check %.0f ms", started.StartMS, started.HA.Checks, started.HA.CheckTimeoutMS)
 
 	env := runCLI(t, nil, "lab", "env", "--dir", dir, "-o", "json")
-	var vars map[string]string
-	if err := json.Unmarshal([]byte(env.Stdout), &vars); err != nil {
+	var doc labEnvJSON
+	if err := json.Unmarshal([]byte(env.Stdout), &doc); err != nil {
 		t.Fatalf("lab env -o json: exit %d: %v\n%s%s", env.Code, err, env.Stdout, env.Stderr)
 	}
+	vars := doc.Env
 	psql := func(dsn, sql string) string {
 		out, err := exec.CommandContext(ctx, "psql", "-X", "-At", "-d", dsn, "-c", sql).CombinedOutput()
 		if err != nil {
@@ -135,9 +141,18 @@ func TestLabHAUpEnvSwitchoverKillReviveDown(t *testing.T) {
 	if err := json.Unmarshal([]byte(kill.Stdout), &ch); err != nil || kill.Code != 0 || ch.From != "node2" || ch.To != "node1" {
 		t.Fatalf("lab kill-primary: exit %d: %v\n%s%s", kill.Code, err, kill.Stdout, kill.Stderr)
 	}
-	t.Logf("kill-primary: node1 writable after %.1fs, HAProxy after %.1fs", ch.Writable, ch.Routed)
+	checkJSONDoc(t, kill.Stdout, kill.Code, "lab kill-primary")
+	if ch.RejoinedMS != nil {
+		t.Errorf("lab kill-primary: rejoined_ms %v, want null (the old primary is dead)", *ch.RejoinedMS)
+	}
+	t.Logf("kill-primary: node1 writable after %.0f ms, HAProxy after %.0f ms", ch.WritableMS, ch.RoutedMS)
 	if st := runCLI(t, nil, "lab", "status", "--dir", dir); st.Code != ExitCheckFailed || !strings.Contains(st.Stderr, "lab revive node2") {
 		t.Errorf("lab status with node2 dead: exit %d, want 1 and a hint to revive node2\n%s%s", st.Code, st.Stdout, st.Stderr)
+	}
+	st = runCLI(t, nil, "lab", "status", "--dir", dir, "-o", "json")
+	checkJSONDoc(t, st.Stdout, st.Code, "lab status")
+	if st.Code != ExitCheckFailed || !strings.Contains(st.Stdout, `"ok": false`) {
+		t.Errorf("lab status -o json with node2 dead: exit %d, want 1 and ok false\n%s", st.Code, st.Stdout)
 	}
 	if res := runCLI(t, nil, "lab", "switchover", "--dir", dir); res.Code == 0 || !strings.Contains(res.Stderr, "lab revive node2") {
 		t.Errorf("switchover with node2 dead: exit %d: %s", res.Code, res.Stderr)
@@ -148,6 +163,14 @@ func TestLabHAUpEnvSwitchoverKillReviveDown(t *testing.T) {
 	rev := runCLIWith(t, ctx, nil, false, "", "lab", "revive", "node2", "--dir", dir)
 	if rev.Code != 0 || !strings.Contains(rev.Stdout, "node2 is back as the replica") {
 		t.Fatalf("lab revive node2: exit %d\n%s%s", rev.Code, rev.Stdout, rev.Stderr)
+	}
+	// The same in JSON: a second switchover (node1 is primary again after
+	// the kill, node2 its replica), and status.
+	sw = runCLIWith(t, ctx, nil, false, "", "lab", "switchover", "--dir", dir, "-o", "json")
+	checkJSONDoc(t, sw.Stdout, sw.Code, "lab switchover")
+	var back labChangeJSON
+	if err := json.Unmarshal([]byte(sw.Stdout), &back); err != nil || back.From != "node1" || back.To != "node2" || back.RejoinedMS == nil {
+		t.Errorf("lab switchover -o json: %v\n%s", err, sw.Stdout)
 	}
 	if st := runCLI(t, nil, "lab", "status", "--dir", dir); st.Code != 0 {
 		t.Errorf("lab status after the revival: exit %d\n%s", st.Code, st.Stdout)

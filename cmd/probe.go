@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
@@ -120,7 +121,7 @@ func runProbe(ctx context.Context, opts *probeOptions) error {
 		return err
 	}
 	if app.JSON() {
-		if err := writeJSON(app.IO.Out, rep); err != nil {
+		if err := writeJSON(app.IO.Out, probeJSONOf(rep)); err != nil {
 			return err
 		}
 	} else {
@@ -156,6 +157,37 @@ func checkProbeKeyIsFree(app *App, key int64) error {
 		return usageErrorf("probe key %d is the key of role %q in %s: pass another --probe-key", key, e.Name, f.Path)
 	}
 	return nil
+}
+
+// probeJSON is the documented schema of `leasectl probe -o json`
+// (docs/json.md).
+type probeJSON struct {
+	docHeader
+	Verdict   probe.Verdict      `json:"verdict"`
+	Refusal   *string            `json:"refusal"`
+	Strict    bool               `json:"strict"`
+	Target    string             `json:"target"`
+	Key       string             `json:"probe_key"`
+	Server    *dbconn.ServerInfo `json:"server"`
+	Checks    []probeCheckJSON   `json:"checks"`
+	ElapsedMS float64            `json:"elapsed_ms"`
+}
+
+type probeCheckJSON struct {
+	Name   string  `json:"name"`
+	Status string  `json:"status"`
+	Detail string  `json:"detail"`
+	Cause  *string `json:"cause"`
+}
+
+func probeJSONOf(rep *probe.Report) probeJSON {
+	out := probeJSON{docHeader: header(rep.Verdict == probe.Stable), Verdict: rep.Verdict, Refusal: strOrNil(string(rep.Refusal)),
+		Strict: rep.Strict, Target: rep.Target, Key: strconv.FormatInt(rep.Key, 10), Server: rep.Server,
+		Checks: make([]probeCheckJSON, 0, len(rep.Checks)), ElapsedMS: msOf(rep.Elapsed)}
+	for _, c := range rep.Checks {
+		out.Checks = append(out.Checks, probeCheckJSON{Name: c.Name, Status: string(c.Status), Detail: c.Detail, Cause: strOrNil(string(c.Cause))})
+	}
+	return out
 }
 
 var probeLabels = map[string]string{

@@ -77,12 +77,13 @@ func TestProbeJSONSchema(t *testing.T) {
 	if res.Code != ExitCheckFailed {
 		t.Fatalf("exit %d: %s", res.Code, res.Stderr)
 	}
+	checkJSONDoc(t, res.Stdout, res.Code, "probe")
 	var out struct {
 		Verdict string  `json:"verdict"`
 		Refusal string  `json:"refusal"`
 		Strict  *bool   `json:"strict"`
 		Target  string  `json:"target"`
-		Key     int64   `json:"probe_key"`
+		Key     string  `json:"probe_key"`
 		Elapsed float64 `json:"elapsed_ms"`
 		Server  *struct {
 			Version    string `json:"version"`
@@ -97,7 +98,7 @@ func TestProbeJSONSchema(t *testing.T) {
 	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, res.Stdout)
 	}
-	if out.Verdict != "REFUSED" || out.Refusal != "safety" || out.Strict == nil || out.Target == "" || out.Key == 0 || out.Server == nil ||
+	if out.Verdict != "REFUSED" || out.Refusal != "safety" || out.Strict == nil || out.Target == "" || !isInteger(out.Key) || out.Server == nil ||
 		out.Server.Port != testLab.Primary.Port || out.Server.InRecovery == nil || out.Server.BackendPID == 0 || out.Elapsed <= 0 {
 		t.Errorf("incomplete report: %+v", out)
 	}

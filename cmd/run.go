@@ -216,7 +216,7 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		if !opts.Restart || leaseCtx.Err() != nil || (err != nil && !errors.As(err, &exit)) {
 			return err
 		}
-		logger.Info("the program exited; --restart: standing by again", "role", role, "key", key, "after", opts.RetryInterval.String())
+		logger.Info("the program exited; --restart: standing by again", "role", role, "key", key, "after", opts.RetryInterval)
 		t := time.NewTimer(opts.RetryInterval)
 		select {
 		case <-leaseCtx.Done():
@@ -325,9 +325,27 @@ func stopOnSignals(ctx context.Context, proc *lease.Command, logger *slog.Logger
 
 func newRunLogger(w io.Writer, format string) *slog.Logger {
 	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, nil))
+		h := slog.NewJSONHandler(w, &slog.HandlerOptions{ReplaceAttr: jsonLogAttr})
+		return slog.New(h).With("schema_version", schemaVersion)
 	}
 	return slog.New(slog.NewTextHandler(w, nil))
+}
+
+// jsonLogAttr applies the JSON convention (docs/json.md) to a JSON log
+// line: a key (an attribute named key or ending in _key) is a string, and
+// a duration is a number of milliseconds named NAME_ms. Text logs keep
+// 1840000001 and 1.5s.
+func jsonLogAttr(groups []string, a slog.Attr) slog.Attr {
+	if len(groups) > 0 {
+		return a
+	}
+	switch v := a.Value; {
+	case v.Kind() == slog.KindDuration:
+		return slog.Float64(a.Key+"_ms", msOf(v.Duration()))
+	case (a.Key == "key" || strings.HasSuffix(a.Key, "_key")) && (v.Kind() == slog.KindInt64 || v.Kind() == slog.KindUint64):
+		return slog.String(a.Key, v.String())
+	}
+	return a
 }
 
 // lockedWriter serializes writes: the logger and the program's stderr copier

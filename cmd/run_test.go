@@ -670,7 +670,8 @@ func TestRunWarnsAboutAProxysIdleTimeout(t *testing.T) {
 		"--log-format", "json", "--"}, f.witnessArgs()...)...)
 	r.stderr.WaitFor(t, "keep ending after the same silence", 1, hang)
 	log := r.stderr.String()
-	for _, want := range []string{"closes idle connections", "HAProxy timeout client/server", `"silence":"2`} {
+	checkJSONLog(t, log)
+	for _, want := range []string{"closes idle connections", "HAProxy timeout client/server", `"silence_ms":2`} {
 		if !strings.Contains(log, want) {
 			t.Errorf("the warning lacks %q:\n%s", want, log)
 		}

@@ -222,10 +222,11 @@ func renderVerify(w io.Writer, st styles, color bool, rep *verify.Report, addr s
 
 // ---- JSON ----
 
-// verifyJSON is the documented schema of `leasectl verify -o json` (README).
+// verifyJSON is the documented schema of `leasectl verify -o json`
+// (docs/json.md).
 type verifyJSON struct {
+	docHeader
 	Server  dbconn.ServerInfo  `json:"server"`
-	Passed  bool               `json:"passed"`
 	Counts  map[string]int     `json:"counts"`
 	Results []verifyResultJSON `json:"results"`
 }
@@ -248,7 +249,7 @@ type probeSummary struct {
 }
 
 func verifyJSONOf(rep *verify.Report, staleAfter time.Duration) verifyJSON {
-	out := verifyJSON{Server: rep.Server, Passed: rep.Passed(), Results: make([]verifyResultJSON, 0, len(rep.Results)),
+	out := verifyJSON{docHeader: header(rep.Passed()), Server: rep.Server, Results: make([]verifyResultJSON, 0, len(rep.Results)),
 		Counts: map[string]int{}}
 	for _, s := range []verify.Status{verify.Pass, verify.Fail, verify.Skip} {
 		out.Counts[string(s)] = rep.Count(s)

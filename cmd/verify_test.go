@@ -79,11 +79,12 @@ func TestVerifyFailsWithTwoRolesUnheld(t *testing.T) {
 	}
 
 	js := verifyCmd(t, foKeys(t), "-o", "json")
+	checkJSONDoc(t, js.Stdout, js.Code, "verify")
 	var doc verifyJSON
 	if err := json.Unmarshal([]byte(js.Stdout), &doc); err != nil || js.Code != ExitCheckFailed {
 		t.Fatalf("exit %d, %v:\n%s", js.Code, err, js.Stdout)
 	}
-	if doc.Passed || doc.Counts["fail"] != 2 || doc.Counts["pass"] != 1 || doc.Counts["skip"] != 5 || len(doc.Results) != 8 {
+	if doc.OK || doc.Counts["fail"] != 2 || doc.Counts["pass"] != 1 || doc.Counts["skip"] != 5 || len(doc.Results) != 8 {
 		t.Errorf("JSON summary: %+v", doc)
 	}
 	first := doc.Results[0]

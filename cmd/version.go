@@ -17,13 +17,26 @@ a go install …@vX.Y.Z build carries its module version; a build from a clone
 carries the commit and its time when the Go toolchain recorded them.
 
 "leasectl --version" prints the same on one line; -o json prints
-{"version", "commit", "date", "go_version", "platform"} for either.`,
+{"schema_version", "ok", "version", "commit", "date", "modified",
+"go_version", "platform"} for either.`,
 		Example: `  leasectl version
   leasectl version -o json
   leasectl --version`,
 		Args: noArgs,
 		RunE: func(*cobra.Command, []string) error { return renderVersion(app, false) },
 	}
+}
+
+// versionJSON is the documented schema of `leasectl version -o json`
+// (docs/json.md).
+type versionJSON struct {
+	docHeader
+	Version   string  `json:"version"`
+	Commit    *string `json:"commit"` // null when unknown
+	Date      *string `json:"date"`   // null when unknown
+	Modified  bool    `json:"modified"`
+	GoVersion string  `json:"go_version"`
+	Platform  string  `json:"platform"`
 }
 
 // renderVersion prints the build information: one line (--version) or a
@@ -33,7 +46,8 @@ func renderVersion(app *App, oneLine bool) error {
 	w := app.IO.Out
 	switch {
 	case app.JSON():
-		return writeJSON(w, info)
+		return writeJSON(w, versionJSON{docHeader: header(true), Version: info.Version, Commit: strOrNil(info.Commit), Date: strOrNil(info.Date),
+			Modified: info.Modified, GoVersion: info.GoVersion, Platform: info.Platform})
 	case oneLine:
 		_, err := fmt.Fprintf(w, "leasectl %s\n", info)
 		return err

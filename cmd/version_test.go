@@ -35,7 +35,7 @@ func TestVersion(t *testing.T) {
 		if err := json.Unmarshal([]byte(res.Stdout), tc.into); err != nil {
 			t.Fatalf("%v: %v\n%s", tc.args, err, res.Stdout)
 		}
-		for _, key := range []string{"version", "commit", "date", "go_version", "platform"} {
+		for _, key := range []string{"schema_version", "ok", "version", "commit", "date", "modified", "go_version", "platform"} {
 			if _, ok := (*tc.into)[key]; !ok {
 				t.Errorf("%v: no %q in %s", tc.args, key, res.Stdout)
 			}

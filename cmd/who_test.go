@@ -253,6 +253,23 @@ func TestWhoCheckFailsWithoutHolder(t *testing.T) {
 		t.Errorf("stderr: %q", res.Stderr)
 	}
 	row(t, res.Stdout, "poller", "HELD")
+	// In JSON ok is the same verdict; without --check too, where who exits 0.
+	for _, tc := range []struct {
+		args []string
+		code int
+		ok   bool
+	}{
+		{[]string{"--check", "-o", "json"}, ExitCheckFailed, false},
+		{[]string{"-o", "json"}, ExitOK, false},
+		{[]string{"poller", "--check", "-o", "json"}, ExitOK, true},
+		{[]string{"poller", "-o", "json"}, ExitOK, true},
+	} {
+		res := who(t, keysPath, tc.args...)
+		if res.Code != tc.code {
+			t.Errorf("who %v: exit %d, want %d: %s", tc.args, res.Code, tc.code, res.Stderr)
+		}
+		checkJSONConvention(t, res.Stdout, tc.ok, "who")
+	}
 	// A role given twice is shown once, and what follows it is still checked.
 	dup := who(t, keysPath, "--check", "poller", "poller", "scheduler")
 	if dup.Code != ExitCheckFailed || !strings.Contains(dup.Stderr, "scheduler has no holder") || strings.Count(dup.Stdout, "poller") != 1 {
@@ -304,11 +321,11 @@ func TestWhoStandbyWarning(t *testing.T) {
 
 // The JSON schema documented in README.md, field by field.
 var (
-	whoJSONFields     = []string{"server", "now", "stale_after_seconds", "leases", "hidden", "reveal_grant"}
+	whoJSONFields     = []string{"schema_version", "ok", "server", "now", "stale_after_ms", "leases", "hidden", "reveal_grant"}
 	serverJSONFields  = []string{"version", "version_num", "addr", "port", "in_recovery", "database", "user", "backend_pid", "system_identifier", "postmaster_start_time"}
 	leaseJSONFields   = []string{"role", "key", "key_form", "requested", "state", "stale", "health", "waiter_count", "holders", "waiters"}
 	sessionJSONFields = []string{"pid", "prepared_xact", "mode", "user", "application_name", "client_addr", "client_port",
-		"backend_start", "state", "state_change", "idle_seconds", "wait_start", "wait_seconds", "stale", "hidden", "gone"}
+		"backend_start", "state", "state_change", "idle_ms", "wait_start", "wait_ms", "stale", "hidden", "gone"}
 )
 
 func TestWhoJSONSchema(t *testing.T) {
@@ -320,6 +337,7 @@ func TestWhoJSONSchema(t *testing.T) {
 	if res.Code != 0 {
 		t.Fatalf("exit %d: %s", res.Code, res.Stderr)
 	}
+	checkJSONConvention(t, res.Stdout, false, "who") // scheduler and reconciler have no holder
 	var doc map[string]any
 	if err := json.Unmarshal([]byte(res.Stdout), &doc); err != nil {
 		t.Fatalf("%v\n%s", err, res.Stdout)
@@ -354,7 +372,7 @@ func sameFields(t *testing.T, what string, m map[string]any, want []string) {
 	t.Helper()
 	got := slices.Sorted(maps.Keys(m))
 	if !slices.Equal(got, slices.Sorted(slices.Values(want))) {
-		t.Errorf("%s fields: %v, want %v (update README's schema too)", what, got, want)
+		t.Errorf("%s fields: %v, want %v (update docs/json.md too)", what, got, want)
 	}
 }
 
@@ -526,8 +544,13 @@ func TestWhoWatch(t *testing.T) {
 	js, _ := watch(t, false, 2, "--watch=100ms", "-o", "json", "poller")
 	dec := json.NewDecoder(strings.NewReader(js))
 	for i := range 2 {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			t.Fatalf("JSON frame %d: %v\n%s", i, err, js)
+		}
+		checkJSONConvention(t, string(raw)+"\n", true, "who")
 		var doc whoJSON
-		if err := dec.Decode(&doc); err != nil || len(doc.Leases) != 1 {
+		if err := json.Unmarshal(raw, &doc); err != nil || len(doc.Leases) != 1 {
 			t.Fatalf("JSON frame %d: %v %+v", i, err, doc)
 		}
 	}

@@ -250,7 +250,7 @@ func (c *Command) Work(ctx context.Context) error {
 		select {
 		case err = <-exited:
 		case <-t.C:
-			log.Warn("the program did not exit within the grace period: SIGKILL to its tree", "pid", pid, "grace", grace.String())
+			log.Warn("the program did not exit within the grace period: SIGKILL to its tree", "pid", pid, "grace", grace)
 			tree.signal(syscall.SIGKILL)
 			err = <-exited
 		}

@@ -51,7 +51,7 @@ func (c *idleCuts) note(log *slog.Logger, silence time.Duration, err error, hear
 	}
 	c.warned = about
 	log.Warn("lease sessions keep ending after the same silence: a proxy or load balancer between here and the server probably closes idle connections (HAProxy timeout client/server, a cloud load balancer's idle timeout); set its idle timeout above the heartbeat interval, or --heartbeat-interval below it (leasectl probe --idle tells)",
-		"silence", about.String(), "times", len(c.last), "heartbeat_interval", heartbeat.String())
+		"silence", about, "times", len(c.last), "heartbeat_interval", heartbeat)
 }
 
 // isCut reports whether err is a connection that the other side closed

@@ -199,7 +199,7 @@ func (r *runner) run(ctx context.Context) error {
 			default:
 				delay := r.backoff(failures)
 				failures++
-				r.log.Warn("cannot connect; retrying", "err", err.Error(), "retry_in", delay.Round(time.Millisecond).String())
+				r.log.Warn("cannot connect; retrying", "err", err.Error(), "retry_in", delay.Round(time.Millisecond))
 				if !sleep(ctx, delay) {
 					return context.Cause(ctx)
 				}
@@ -486,7 +486,7 @@ func (r *runner) lead(ctx context.Context, s *sessions) outcome {
 		return outcome{err: err}
 	}
 	if r.cfg.TakeoverDelay > 0 {
-		r.log.Info("holding the key before starting work", "backend_pid", s.info.BackendPID, "takeover_delay", r.cfg.TakeoverDelay.String())
+		r.log.Info("holding the key before starting work", "backend_pid", s.info.BackendPID, "takeover_delay", r.cfg.TakeoverDelay)
 		if err := r.watch(ctx, s.main, time.Now().Add(r.cfg.TakeoverDelay)); err != nil {
 			return outcome{err: err}
 		}
@@ -501,7 +501,7 @@ func (r *runner) lead(ctx context.Context, s *sessions) outcome {
 	defer cancelWork(nil)
 	workDone := make(chan struct{})
 	var workErr error
-	r.setState(Leading, s.info.BackendPID, nil, "fence_backend_pid", s.fenceInfo.BackendPID, "fence_wait", roundMS(fenceWait))
+	r.setState(Leading, s.info.BackendPID, nil, "fence_backend_pid", s.fenceInfo.BackendPID, "fence_wait", fenceWait.Round(10*time.Microsecond))
 	go func() {
 		defer close(workDone)
 		workErr = r.work(workCtx)
@@ -707,7 +707,7 @@ func (r *runner) waitWork(done <-chan struct{}, why string) {
 		return
 	case <-t.C:
 		r.log.Error("work has not returned within StopTimeout after it was cancelled; still waiting (if the lease was lost, another replica may already lead)",
-			"stop_timeout", r.cfg.StopTimeout.String(), "why", why)
+			"stop_timeout", r.cfg.StopTimeout, "why", why)
 	}
 	<-done
 }
@@ -747,5 +747,3 @@ func closeOnDone(ctx context.Context, conn *pgx.Conn) (release func()) {
 	stop := context.AfterFunc(ctx, func() { _ = conn.PgConn().Conn().Close() })
 	return func() { stop() }
 }
-
-func roundMS(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }

@@ -68,11 +68,11 @@ const (
 
 // Check is one row of the report: a name, an outcome and one line of why.
 type Check struct {
-	Name   string `json:"name"`
-	Status Status `json:"status"`
-	Detail string `json:"detail"`
+	Name   string
+	Status Status
+	Detail string
 	// Cause is what a failing check puts at risk; empty unless it fails.
-	Cause Cause `json:"cause,omitempty"`
+	Cause Cause
 }
 
 func pass(name, detail string) Check { return Check{Name: name, Status: Pass, Detail: detail} }
@@ -154,22 +154,23 @@ func RandomKey() int64 {
 	}
 }
 
-// Report is the probe's result.
+// Report is the probe's result. `leasectl probe -o json` renders it in
+// the schema of docs/json.md.
 type Report struct {
-	Verdict Verdict `json:"verdict"`
+	Verdict Verdict
 	// Refusal is the cause of a Refused verdict: safety when any failing
 	// check puts mutual exclusion at risk, liveness when they only keep a
 	// lease from working, strict when only warnings refused it.
-	Refusal Cause              `json:"refusal,omitempty"`
-	Strict  bool               `json:"strict"`
-	Target  string             `json:"target"`
-	Key     int64              `json:"probe_key"`
-	Server  *dbconn.ServerInfo `json:"server,omitempty"`
-	Checks  []Check            `json:"checks"`
+	Refusal Cause
+	Strict  bool
+	Target  string
+	Key     int64
+	Server  *dbconn.ServerInfo
+	Checks  []Check
 	// Elapsed is the wall time of the whole probe.
-	Elapsed time.Duration `json:"-"`
-	// ElapsedMS is Elapsed in milliseconds, for JSON.
-	ElapsedMS float64 `json:"elapsed_ms"`
+	Elapsed time.Duration
+	// ElapsedMS is Elapsed in milliseconds.
+	ElapsedMS float64
 }
 
 // Check returns the check called name, and whether the report has it.

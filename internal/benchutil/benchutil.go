@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -80,4 +82,41 @@ func Ratio(a, b time.Duration) string {
 		return "n/a"
 	}
 	return fmt.Sprintf("%.2f", float64(a)/float64(b))
+}
+
+// PeakRSS runs name with args to completion under GNU time (/usr/bin/time)
+// and returns the process's peak resident set size in bytes. A process that
+// Go starts itself would carry the starting process's peak: Linux counts
+// the memory a vfork'ed child shared before its exec, so the measurement
+// needs a small parent. Output is discarded; a non-zero exit is an error.
+func PeakRSS(ctx context.Context, env []string, name string, args ...string) (int64, error) {
+	timeBin, err := exec.LookPath("/usr/bin/time")
+	if err != nil {
+		return 0, fmt.Errorf("peak RSS needs GNU time (Debian: apt-get install time): %w", err)
+	}
+	report := filepath.Join(os.TempDir(), fmt.Sprintf("leasectl-bench-rss-%d", os.Getpid()))
+	defer os.Remove(report)
+	c := exec.CommandContext(ctx, timeBin, append([]string{"-f", "%M", "-o", report, name}, args...)...)
+	if env != nil {
+		c.Env = append(os.Environ(), env...)
+	}
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	if err := c.Run(); err != nil {
+		return 0, fmt.Errorf("%s: %w: %s", name, err, stderr.String())
+	}
+	out, err := os.ReadFile(report)
+	if err != nil {
+		return 0, err
+	}
+	kib, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("GNU time reported %q: %w", out, err)
+	}
+	return kib * 1024, nil
+}
+
+// MiB renders a byte count in MiB with one decimal.
+func MiB(n int64) string {
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }

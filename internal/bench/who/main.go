@@ -8,25 +8,29 @@
 // runs alternating so that drift hits both alike:
 //
 //	leasectl who --all             vs  psql -X -At -f all.sql
+//	leasectl who --all -o json     vs  psql -X -At -f all.sql
 //	leasectl who (over keys.yaml)  vs  psql -X -At -f roles.sql
 //
 // where the .sql files hold the statement of locks.Read with its parameters inlined
 // and psql connects with gssencmode=disable (pgx does not try GSSAPI
 // either). stdout of both goes to /dev/null (not a terminal: plain output).
-// It prints medians, p90 and the ratio leasectl / psql. Run it from the
-// repository root:
+// It prints medians, p90 and the ratio leasectl / psql, and the median peak
+// RSS of each over -rss-runs more runs under GNU time (/usr/bin/time, which
+// a small parent keeps accurate). Run it from the repository root:
 //
 //	go run ./internal/bench/who
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -47,6 +51,8 @@ func main() {
 	keysFile := flag.String("keys", "keys.yaml", "role map for `leasectl who` (its roles are among the held keys)")
 	flag.BoolVar(&explain, "explain", false, "also print EXPLAIN ANALYZE of both queries")
 	flag.BoolVar(&serve, "serve", false, "set up, print the environment to reach it, and wait for Ctrl-C instead of timing (for profiling)")
+	flag.IntVar(&rssRuns, "rss-runs", 5, "runs of each command under /usr/bin/time for its peak RSS (0: skip)")
+	flag.StringVar(&prebuilt, "bin", "", "time this leasectl binary instead of building one (to compare builds)")
 	flag.Parse()
 	if err := run(*sessions, *perSession, *runs, *keysFile); err != nil {
 		fmt.Fprintln(os.Stderr, "bench who:", err)
@@ -54,7 +60,11 @@ func main() {
 	}
 }
 
-var explain, serve bool
+var (
+	explain, serve bool
+	prebuilt       string
+	rssRuns        int
+)
 
 func run(sessions, perSession, runs int, keysPath string) error {
 	ctx := context.Background()
@@ -72,10 +82,12 @@ func run(sessions, perSession, runs int, keysPath string) error {
 	}
 	defer os.RemoveAll(work)
 
-	fmt.Fprintln(os.Stderr, "building leasectl ...")
-	leasectl, err := benchutil.BuildLeasectl(work)
-	if err != nil {
-		return err
+	leasectl := prebuilt
+	if leasectl == "" {
+		fmt.Fprintln(os.Stderr, "building leasectl ...")
+		if leasectl, err = benchutil.BuildLeasectl(work); err != nil {
+			return err
+		}
 	}
 
 	fmt.Fprintln(os.Stderr, "starting lab ...")
@@ -113,6 +125,7 @@ func run(sessions, perSession, runs int, keysPath string) error {
 	}
 	env := []string{"LEASECTL_DSN=" + dsn, "PGPASSFILE=" + l.PassFile}
 	whoAll := cmdSpec{leasectl, []string{"who", "--all", "--keys", keysPath}}
+	whoJSON := cmdSpec{leasectl, []string{"who", "--all", "-o", "json", "--keys", keysPath}}
 	whoRoles := cmdSpec{leasectl, []string{"who", "--keys", keysPath}}
 	// libpq tries GSSAPI encryption first by default; pgx does not, so
 	// the baseline does not either.
@@ -127,6 +140,9 @@ func run(sessions, perSession, runs int, keysPath string) error {
 	}
 	if n, err := countLines(whoAll, env); err != nil || n < total {
 		return fmt.Errorf("leasectl who --all printed %d lines (%v), want at least %d", n, err, total)
+	}
+	if n, err := countLeases(whoJSON, env); err != nil || n < total {
+		return fmt.Errorf("leasectl who --all -o json printed %d leases (%v), want at least %d", n, err, total)
 	}
 
 	if serve {
@@ -148,17 +164,42 @@ func run(sessions, perSession, runs int, keysPath string) error {
 	}
 	fmt.Printf("who benchmark: %d idle sessions, %d advisory locks held, %s, %d runs each, alternating\n",
 		sessions, total, l.Version, runs)
-	fmt.Printf("%-34s %10s %10s %10s\n", "command", "median", "p90", "vs psql")
-	for _, pair := range [][2]cmdSpec{{whoAll, psqlAll}, {whoRoles, psqlRoles}} {
+	fmt.Printf("%-34s %10s %10s %8s %12s\n", "command", "median", "p90", "vs psql", "peak RSS")
+	for _, pair := range [][2]cmdSpec{{whoAll, psqlAll}, {whoJSON, psqlAll}, {whoRoles, psqlRoles}} {
 		a, b, err := alternate(ctx, pair[0], pair[1], env, runs)
 		if err != nil {
 			return err
 		}
 		sa, sb := benchutil.Summarize(a), benchutil.Summarize(b)
-		fmt.Printf("%-34s %10s %10s %9sx\n", pair[0].label(), benchutil.Ms(sa.Median), benchutil.Ms(sa.P90), benchutil.Ratio(sa.Median, sb.Median))
-		fmt.Printf("%-34s %10s %10s %10s\n", pair[1].label(), benchutil.Ms(sb.Median), benchutil.Ms(sb.P90), "")
+		ra, err := pair[0].peakRSS(ctx, env)
+		if err != nil {
+			return err
+		}
+		rb, err := pair[1].peakRSS(ctx, env)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%-34s %10s %10s %7sx %12s\n", pair[0].label(), benchutil.Ms(sa.Median), benchutil.Ms(sa.P90), benchutil.Ratio(sa.Median, sb.Median), ra)
+		fmt.Printf("%-34s %10s %10s %8s %12s\n", pair[1].label(), benchutil.Ms(sb.Median), benchutil.Ms(sb.P90), "", rb)
 	}
 	return nil
+}
+
+// peakRSS is the median peak RSS of rssRuns runs of c, or "-" for none.
+func (c cmdSpec) peakRSS(ctx context.Context, env []string) (string, error) {
+	if rssRuns <= 0 {
+		return "-", nil
+	}
+	var rss []int64
+	for range rssRuns {
+		n, err := benchutil.PeakRSS(ctx, env, c.path, c.args...)
+		if err != nil {
+			return "", err
+		}
+		rss = append(rss, n)
+	}
+	slices.Sort(rss)
+	return benchutil.MiB(rss[len(rss)/2]), nil
 }
 
 // holdLocks opens n sessions that each take perSession advisory locks in
@@ -226,6 +267,20 @@ func countLines(c cmdSpec, env []string) (int, error) {
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.Output()
 	return strings.Count(string(out), "\n"), err
+}
+
+// countLeases runs c, a `who -o json`, and counts the leases of its
+// document.
+func countLeases(c cmdSpec, env []string) (int, error) {
+	cmd := exec.Command(c.path, c.args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.Output()
+	if err != nil {
+		return 0, err
+	}
+	var doc struct{ Leases []json.RawMessage }
+	err = json.Unmarshal(out, &doc)
+	return len(doc.Leases), err
 }
 
 // alternate runs a and b in turns, after one untimed warm-up of each.
