@@ -114,8 +114,12 @@ func find(entries []Entry, match func(Entry) bool) (Entry, bool) {
 	return Entry{}, false
 }
 
-// NamesByKey maps the key of each active role to its name.
+// NamesByKey maps the key of each active role to its name; a nil File has
+// none.
 func (f *File) NamesByKey() map[int64]string {
+	if f == nil {
+		return nil
+	}
 	m := make(map[int64]string, len(f.Roles))
 	for _, e := range f.Roles {
 		m[e.Key] = e.Name
