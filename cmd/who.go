@@ -239,8 +239,8 @@ func readWho(ctx context.Context, opts *whoOptions, conn *pgx.Conn, sel whoSelec
 		leases: snap.Leases(sel.roles, sel.want, opts.All), all: opts.All, staleAfter: opts.Stale}, nil
 }
 
-// checkError is the --check verdict: every requested lease needs a live
-// holder.
+// checkError is the --check verdict: every requested lease needs exactly
+// one live leader ([locks.Lease.Health], as verify's one_leader).
 func (v *whoView) checkError() error {
 	var bad []string
 	for _, l := range v.leases {
@@ -254,6 +254,10 @@ func (v *whoView) checkError() error {
 			h, _ := l.Holder()
 			idle, _ := h.Idle(v.now)
 			bad = append(bad, fmt.Sprintf("%s's holder %s is stale (idle %s > --stale %s)", l.Name(), holderName(h), fmtAge(idle), v.staleAfter))
+		case locks.SharedHolders:
+			bad = append(bad, l.Name()+": "+l.SharedDetail())
+		case locks.PreparedHolder:
+			bad = append(bad, l.Name()+" is "+l.PreparedDetail())
 		}
 	}
 	if len(bad) == 0 {

@@ -57,6 +57,7 @@ func TestLeaseHealth(t *testing.T) {
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	fresh := Session{PID: 1, Granted: true, State: "idle", StateChange: now.Add(-time.Second)}
 	stale := Session{PID: 2, Granted: true, State: "idle", StateChange: now.Add(-time.Hour)}
+	shared := func(s Session) Session { s.Shared = true; return s }
 	for _, tc := range []struct {
 		name    string
 		holders []Session
@@ -65,7 +66,9 @@ func TestLeaseHealth(t *testing.T) {
 		{"free", nil, NoHolder},
 		{"fresh holder", []Session{fresh}, Healthy},
 		{"stale holder", []Session{stale}, StaleHolder},
-		{"one live shared holder is enough", []Session{stale, fresh}, Healthy},
+		{"shared holders, one of them live, are no leader", []Session{shared(stale), shared(fresh)}, SharedHolders},
+		{"one shared holder is no leader", []Session{shared(fresh)}, SharedHolders},
+		{"a prepared transaction is no leader", []Session{{Granted: true, Prepared: &PreparedXact{GID: "x", PreparedAt: now}}}, PreparedHolder},
 		{"hidden holder passes", []Session{{PID: 3, Granted: true, Hidden: true}}, Healthy},
 	} {
 		l := Lease{Locks: Locks{Key: BigintKey(1), Holders: tc.holders}}
