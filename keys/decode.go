@@ -89,10 +89,16 @@ func isLower(c byte) bool    { return 'a' <= c && c <= 'z' }
 func isDigit(c byte) bool    { return '0' <= c && c <= '9' }
 func isHexDigit(c byte) bool { return isDigit(c) || ('a' <= c && c <= 'f') || ('A' <= c && c <= 'F') }
 
-// yaml11Booleans are the plain names that YAML 1.1 readers (PyYAML, Ruby's
-// Psych, many others) read as booleans although they are role names (isRoleName): a
-// worker in such a language would not find its role.
-var yaml11Booleans = map[string]bool{"y": true, "n": true, "yes": true, "no": true, "on": true, "off": true}
+// isYAML11Boolean reports the plain names that YAML 1.1 readers (PyYAML,
+// Ruby's Psych, many others) read as booleans although they are role names
+// (isRoleName): a worker in such a language would not find its role.
+func isYAML11Boolean(s string) bool {
+	switch s {
+	case "y", "n", "yes", "no", "on", "off":
+		return true
+	}
+	return false
+}
 
 // decoder collects the problems of one file.
 type decoder struct {
@@ -285,7 +291,7 @@ func (d *decoder) roleName(k *yaml.Node, section string) (string, bool) {
 		d.add(RuleInvalidName, k.Line, k.Value, "role name %s under %s: is read as %s by YAML, not as a name; %s", k.Value, section, kindName(k), form)
 	case !isRoleName(k.Value):
 		d.add(RuleInvalidName, k.Line, k.Value, "role name %q under %s: has the wrong form; %s", k.Value, section, form)
-	case k.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) == 0 && yaml11Booleans[k.Value]:
+	case k.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) == 0 && isYAML11Boolean(k.Value):
 		d.add(RuleInvalidName, k.Line, k.Value, "role name %s under %s: is a boolean to YAML 1.1 readers (PyYAML, Ruby), so a worker in such a language would not find it; rename the role or quote it as \"%s\"", k.Value, section, k.Value)
 	}
 	return k.Value, true
