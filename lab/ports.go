@@ -21,8 +21,12 @@ import (
 // The registry is a help, not a requirement: when it cannot be used (another
 // user's directory, say), the lab takes the kernel's ports as before.
 
-// portRegistry is the directory of port records.
-func portRegistry() string { return filepath.Join(os.TempDir(), "leasectl-lab-ports") }
+// portRegistryDir is the directory of port records: a fixed path, not
+// under $TMPDIR, so that labs started with different temporary directories
+// still see each other's records.
+var portRegistryDir = "/tmp/leasectl-lab-ports"
+
+func portRegistry() string { return portRegistryDir }
 
 // reservePorts returns n free loopback ports that no other lab of this host
 // has reserved, and records them for runDir.

@@ -12,8 +12,9 @@ import (
 // ones, each recorded with its lab's RunDir; a record whose lab is gone no
 // longer reserves anything, and a lab releases only its own records.
 func TestPortRegistry(t *testing.T) {
-	t.Setenv("TMPDIR", t.TempDir()) // a registry of this test's own
-	reg := portRegistry()
+	reg := filepath.Join(t.TempDir(), "ports") // a registry of this test's own
+	defer func(saved string) { portRegistryDir = saved }(portRegistryDir)
+	portRegistryDir = reg
 	a, b := t.TempDir(), t.TempDir()
 	gone := filepath.Join(t.TempDir(), "gone")
 

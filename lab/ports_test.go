@@ -28,7 +28,7 @@ func TestLabReservesItsPorts(t *testing.T) {
 			_ = l.Stop(context.Background())
 		}
 	})
-	reg := filepath.Join(os.TempDir(), "leasectl-lab-ports")
+	reg := "/tmp/leasectl-lab-ports"
 	recorded := func(p int) bool {
 		owner, err := os.ReadFile(filepath.Join(reg, strconv.Itoa(p)))
 		return err == nil && string(owner) == l.RunDir

@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -109,9 +108,10 @@ const maxIfName = 15
 
 // lockSubnets takes an exclusive lock, shared by every process on this
 // host, for picking a subnet and assigning it. flock locks belong to the
-// open file, so two Netns of one process exclude each other too.
+// open file, so two Netns of one process exclude each other too. The lock
+// file's path is fixed, not under $TMPDIR, for every suite to share it.
 func lockSubnets() (unlock func(), err error) {
-	name := filepath.Join(os.TempDir(), "leasectl-chaos-subnets.lock")
+	const name = "/tmp/leasectl-chaos-subnets.lock"
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock the choice of a subnet: %w", err)
