@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/lab"
 )
 
@@ -14,7 +15,7 @@ import (
 var testLab *lab.Lab
 
 func TestMain(m *testing.M) {
-	os.Exit(lab.RunMain(m, lab.Options{
+	os.Exit(pgtest.RunMain(m, lab.Options{
 		Standby: true,
 		Poolers: lab.EveryPoolMode,
 		HAProxy: []lab.HAProxySpec{{Name: "idle", Backends: []string{"primary"}, TimeoutClient: 2 * time.Second}},

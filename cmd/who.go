@@ -247,8 +247,8 @@ func readWho(ctx context.Context, opts *whoOptions, conn *pgx.Conn, sel whoSelec
 		leases: snap.ByRole(sel.roles.NamesByKey(), sel.want, opts.All), all: opts.All, staleAfter: opts.Stale}, nil
 }
 
-// checkError is the --check verdict: every requested lease needs a live
-// holder.
+// checkError is the --check verdict: every requested lease needs exactly
+// one live leader ([locks.RoleLocks.Health], as verify's one_leader).
 func (v *whoView) checkError() error {
 	var bad []string
 	for _, l := range v.leases {
@@ -262,6 +262,10 @@ func (v *whoView) checkError() error {
 			h, _ := l.Holder()
 			idle, _ := h.Idle(v.now)
 			bad = append(bad, fmt.Sprintf("%s's holder %s is stale (idle %s > --stale %s)", l.Name(), holderName(h), fmtAge(idle), v.staleAfter))
+		case locks.SharedHolders:
+			bad = append(bad, l.Name()+": "+l.SharedDetail())
+		case locks.PreparedHolder:
+			bad = append(bad, l.Name()+" is "+l.PreparedDetail())
 		}
 	}
 	if len(bad) == 0 {
@@ -676,8 +680,6 @@ func whoHidden(v *whoView) (bool, *string) {
 	return true, &grant
 }
 
-var healthJSON = map[locks.Health]string{locks.Healthy: "ok", locks.NoHolder: "no_holder", locks.StaleHolder: "stale"}
-
 func leaseJSONOf(v *whoView, i int) leaseJSON {
 	l := &v.leases[i]
 	lj := leaseJSON{
@@ -691,7 +693,7 @@ func leaseJSONOf(v *whoView, i int) leaseJSON {
 	if l.Key.Form == locks.Pair {
 		lj.KeyForm = "pair"
 	}
-	lj.Health = healthJSON[l.Health(v.now, v.staleAfter)]
+	lj.Health = l.Health(v.now, v.staleAfter).String()
 	for _, s := range l.Holders {
 		lj.Holders = append(lj.Holders, sessionJSONOf(s, v.now, v.staleAfter))
 	}

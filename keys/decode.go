@@ -5,32 +5,100 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
 
-var (
-	// roleNameRe is what a role name looks like: it ends up in flags, log
-	// lines, metric labels and environment variables, so it stays plain.
-	roleNameRe = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
-	// decimalRe and hexRe are the two spellings of a key that every YAML
-	// reader (1.1 and 1.2, any language) reads as the same integer.
-	decimalRe = regexp.MustCompile(`^[-+]?(0|[1-9][0-9]*)$`)
-	hexRe     = regexp.MustCompile(`^0x[0-9a-fA-F]+$`)
-	// ambiguousIntRe are integer spellings that YAML readers disagree on:
-	// 017 is 15 to a YAML 1.1 reader and 17 to a YAML 1.2 one, 1_000 is a
-	// number to some and a string to others, 0o17 and 0b11 exist in one
-	// version only.
-	ambiguousIntRe = regexp.MustCompile(`^[-+]?([0-9][0-9_]*|0[xX][0-9a-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+)$`)
-)
+// The forms below are checked by hand rather than with regular
+// expressions: compiling those was most of this package's init, which every
+// leasectl command (`leasectl --version` too) paid at start-up.
 
-// yaml11Booleans are the plain names that YAML 1.1 readers (PyYAML, Ruby's
-// Psych, many others) read as booleans although they match roleNameRe: a
-// worker in such a language would not find its role.
-var yaml11Booleans = map[string]bool{"y": true, "n": true, "yes": true, "no": true, "on": true, "off": true}
+// isRoleName reports whether s is what a role name looks like,
+// [a-z][a-z0-9_-]*: it ends up in flags, log lines, metric labels and
+// environment variables, so it stays plain.
+func isRoleName(s string) bool {
+	if s == "" || !isLower(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !isLower(c) && !isDigit(c) && c != '_' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// isDecimal ([-+]?(0|[1-9][0-9]*)) and isHex (0x[0-9a-fA-F]+) are the two
+// spellings of a key that every YAML reader (1.1 and 1.2, any language)
+// reads as the same integer.
+func isDecimal(s string) bool {
+	s = trimSign(s)
+	if s == "" || (s[0] == '0' && len(s) > 1) {
+		return false
+	}
+	return all(s, isDigit)
+}
+
+func isHex(s string) bool {
+	rest, ok := strings.CutPrefix(s, "0x")
+	return ok && rest != "" && all(rest, isHexDigit)
+}
+
+// isAmbiguousInt reports integer spellings that YAML readers disagree on
+// ([-+]?([0-9][0-9_]*|0[xX][0-9a-fA-F_]+|0[oO][0-7_]+|0[bB][01_]+)): 017
+// is 15 to a YAML 1.1 reader and 17 to a YAML 1.2 one, 1_000 is a number
+// to some and a string to others, 0o17 and 0b11 exist in one version only.
+func isAmbiguousInt(s string) bool {
+	s = trimSign(s)
+	if len(s) > 2 && s[0] == '0' {
+		var digit func(byte) bool
+		switch s[1] {
+		case 'x', 'X':
+			digit = isHexDigit
+		case 'o', 'O':
+			digit = func(c byte) bool { return '0' <= c && c <= '7' }
+		case 'b', 'B':
+			digit = func(c byte) bool { return c == '0' || c == '1' }
+		}
+		if digit != nil {
+			return all(s[2:], func(c byte) bool { return digit(c) || c == '_' })
+		}
+	}
+	return s != "" && isDigit(s[0]) && all(s[1:], func(c byte) bool { return isDigit(c) || c == '_' })
+}
+
+func trimSign(s string) string {
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		return s[1:]
+	}
+	return s
+}
+
+func all(s string, ok func(byte) bool) bool {
+	for i := 0; i < len(s); i++ {
+		if !ok(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isLower(c byte) bool    { return 'a' <= c && c <= 'z' }
+func isDigit(c byte) bool    { return '0' <= c && c <= '9' }
+func isHexDigit(c byte) bool { return isDigit(c) || ('a' <= c && c <= 'f') || ('A' <= c && c <= 'F') }
+
+// isYAML11Boolean reports the plain names that YAML 1.1 readers (PyYAML,
+// Ruby's Psych, many others) read as booleans although they are role names
+// (isRoleName): a worker in such a language would not find its role.
+func isYAML11Boolean(s string) bool {
+	switch s {
+	case "y", "n", "yes", "no", "on", "off":
+		return true
+	}
+	return false
+}
 
 // decoder collects the problems of one file.
 type decoder struct {
@@ -221,9 +289,9 @@ func (d *decoder) roleName(k *yaml.Node, section string) (string, bool) {
 		return "", false
 	case k.Tag != "!!str":
 		d.add(RuleInvalidName, k.Line, k.Value, "role name %s under %s: is read as %s by YAML, not as a name; %s", k.Value, section, kindName(k), form)
-	case !roleNameRe.MatchString(k.Value):
+	case !isRoleName(k.Value):
 		d.add(RuleInvalidName, k.Line, k.Value, "role name %q under %s: has the wrong form; %s", k.Value, section, form)
-	case k.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) == 0 && yaml11Booleans[k.Value]:
+	case k.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) == 0 && isYAML11Boolean(k.Value):
 		d.add(RuleInvalidName, k.Line, k.Value, "role name %s under %s: is a boolean to YAML 1.1 readers (PyYAML, Ruby), so a worker in such a language would not find it; rename the role or quote it as \"%s\"", k.Value, section, k.Value)
 	}
 	return k.Value, true
@@ -244,13 +312,13 @@ func parseKey(v *yaml.Node) (int64, error) {
 		return 0, fmt.Errorf("the key has the tag %s; write a plain integer without a tag", v.Tag)
 	case v.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) != 0 && !explicitInt:
 		return 0, fmt.Errorf("the key is the quoted string %q; write the integer without quotes so that every reader sees a number", v.Value)
-	case decimalRe.MatchString(v.Value):
+	case isDecimal(v.Value):
 		key, err := strconv.ParseInt(v.Value, 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("%s is outside the int64 range; %s", v.Value, rangeHint)
 		}
 		return key, nil
-	case hexRe.MatchString(v.Value):
+	case isHex(v.Value):
 		u, err := strconv.ParseUint(v.Value[2:], 16, 64)
 		if err != nil || u > 1<<63-1 {
 			// 0x8000000000000000 and above wrap to a negative key in some
@@ -258,7 +326,7 @@ func parseKey(v *yaml.Node) (int64, error) {
 			return 0, fmt.Errorf("%s is outside the int64 range (at most 0x7fffffffffffffff; write negative keys in decimal); %s", v.Value, rangeHint)
 		}
 		return int64(u), nil
-	case ambiguousIntRe.MatchString(v.Value):
+	case isAmbiguousInt(v.Value):
 		return 0, fmt.Errorf("%s is read as different numbers (or as a string) by different YAML readers: leading zeros, 0o, 0b, 0X and '_' are not portable; write it in plain decimal, or as 0x hex", v.Value)
 	case v.Tag == "!!bool":
 		return 0, fmt.Errorf("%s is a boolean; a key is an integer", v.Value)

@@ -79,7 +79,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse accepted what Decode refused: %v", decodeErr)
 		}
 		for _, e := range append(append([]Entry{}, file.Roles...), file.Retired...) {
-			if !roleNameRe.MatchString(e.Name) || e.Line < 1 {
+			if !isRoleName(e.Name) || e.Line < 1 {
 				t.Fatalf("accepted entry %+v", e)
 			}
 		}

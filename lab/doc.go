@@ -2,9 +2,10 @@
 // in front of it, from the system's own binaries, on free loopback ports.
 //
 // It is what `leasectl lab` runs and what every integration test uses: one
-// lab per test package, started in TestMain through [RunMain]. The primary
-// listens on 127.0.0.1 and on a unix socket; each pooler is its own PgBouncer
-// process with its own port and pool mode (transaction and session by
+// lab per test package, started in TestMain through internal/pgtest's
+// RunMain (test code, kept out of the leasectl binary). The primary
+// listens on 127.0.0.1 and on a unix socket; each pooler is its own
+// PgBouncer process with its own port and pool mode (transaction and session by
 // default; statement mode or a pool of one on request); a streaming hot
 // standby made with pg_basebackup -R is optional. Front doors are optional
 // too, each its own process: pgpool-II load-balancing reads between the

@@ -41,3 +41,20 @@ func TestHAProxyConf(t *testing.T) {
 		}
 	}
 }
+
+// TestFrontDoorNames: the hand-written check accepts exactly what
+// ^[A-Za-z0-9][A-Za-z0-9_.-]{0,39}$ does.
+func TestFrontDoorNames(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"rr", true}, {"idle", true}, {"a", true}, {"9", true}, {"A.b_c-1", true}, {strings.Repeat("x", 40), true},
+		{"", false}, {strings.Repeat("x", 41), false}, {"-a", false}, {".a", false}, {"_a", false},
+		{"a b", false}, {"a/b", false}, {"a\n", false}, {"ä", false}, {"a:b", false},
+	} {
+		if got := isFrontDoorName(tc.name); got != tc.ok {
+			t.Errorf("isFrontDoorName(%q) = %v, want %v", tc.name, got, tc.ok)
+		}
+	}
+}

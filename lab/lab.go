@@ -161,6 +161,9 @@ type Lab struct {
 	// failover that Patroni makes on its own does not change them: ask
 	// HAPrimary which node is the primary now.
 	HA *HA `json:"ha,omitempty"`
+	// Ports are the loopback ports this lab reserved for its servers,
+	// poolers and front doors (see reservePorts); Stop releases them.
+	Ports []int `json:"ports,omitempty"`
 
 	cred *credential
 	log  io.Writer
@@ -277,10 +280,11 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	if opts.HA != nil {
 		nHA = haPorts
 	}
-	ports, err := freePorts(2 + nPoolers + frontDoorPorts(opts) + nHA)
+	ports, err := reservePorts(l.RunDir, 2+nPoolers+frontDoorPorts(opts)+nHA)
 	if err != nil {
 		return l, err
 	}
+	l.Ports = ports
 	haPortList := ports[len(ports)-nHA:]
 	ports = ports[:len(ports)-nHA]
 	if opts.HA != nil {
@@ -874,6 +878,8 @@ func (l *Lab) Stop(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("processes still running in %s: %v", l.RunDir, left))
 		} else if err := os.RemoveAll(l.RunDir); err != nil {
 			errs = append(errs, err)
+		} else {
+			releasePorts(l.RunDir, l.Ports)
 		}
 	}
 	if l.Dir != "" {
@@ -939,25 +945,6 @@ func (l *Lab) run(ctx context.Context, prog string, args ...string) ([]byte, err
 // env is the clean environment the lab's programs run with.
 func (l *Lab) env() []string {
 	return []string{"PATH=" + programPath, "LC_ALL=C", "HOME=" + l.RunDir, "TZ=UTC"}
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("find a free loopback port: %w", err)
-		}
-		ls = append(ls, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 func dialOK(port int) bool {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/leasectl/leasectl/internal/leasetest"
+	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/lab"
 )
 
@@ -21,7 +22,7 @@ func TestMain(m *testing.M) {
 	if binDir, err = os.MkdirTemp("", "lease-test-bin-"); err != nil {
 		panic(err)
 	}
-	code := lab.RunMain(m, lab.Options{
+	code := pgtest.RunMain(m, lab.Options{
 		Standby: true,
 		Poolers: []lab.PoolerSpec{{Name: "transaction", Mode: lab.Transaction, PoolSize: 20}},
 	}, &testLab)

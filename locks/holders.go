@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -331,17 +332,46 @@ type RoleLocks struct {
 	KeyLocks
 }
 
-// Health is the verdict on one lease.
+// Health is the verdict on one lease: whether exactly one live leader
+// holds it. It is the one definition that `who --check` and `verify`'s
+// one_leader both gate on.
 type Health int
 
 const (
-	// Healthy: a holder that is not stale (or whose state is hidden).
+	// Healthy: one session holds the key exclusively, and it is not stale
+	// (or its state is hidden from this role: unknown, not proven stale).
 	Healthy Health = iota
 	// NoHolder: nobody holds the key; no replica leads the role.
 	NoHolder
-	// StaleHolder: every holder has been idle longer than the threshold.
+	// StaleHolder: the one holder has been idle longer than the threshold:
+	// a hung leader, or a lock stranded on a pooled server connection.
 	StaleHolder
+	// SharedHolders: the key is held in shared mode
+	// (pg_advisory_lock_shared), by one session or several. A lease's
+	// leader holds its key alone; a shared hold lets others in.
+	SharedHolders
+	// PreparedHolder: a prepared transaction holds the key. No session, so
+	// no worker, leads until it is committed or rolled back.
+	PreparedHolder
 )
+
+// String is the health's name in `who -o json`: ok, no_holder, stale,
+// shared or prepared.
+func (h Health) String() string {
+	switch h {
+	case Healthy:
+		return "ok"
+	case NoHolder:
+		return "no_holder"
+	case StaleHolder:
+		return "stale"
+	case SharedHolders:
+		return "shared"
+	case PreparedHolder:
+		return "prepared"
+	}
+	return "Health(" + strconv.Itoa(int(h)) + ")"
+}
 
 // Stale reports whether the lease is held and every holder has been idle
 // longer than after: nobody alive is leading.
@@ -357,16 +387,51 @@ func (l RoleLocks) Stale(now time.Time, after time.Duration) bool {
 	return true
 }
 
-// Health says whether the lease has a live leader at now: what `who
-// --check` gates on.
+// Health says whether the lease has exactly one live leader at now. A
+// prepared transaction among the holders wins over shared mode: it is what
+// must be resolved (ROLLBACK PREPARED) before anyone can lead.
 func (l RoleLocks) Health(now time.Time, staleAfter time.Duration) Health {
-	switch {
-	case !l.Held():
+	if !l.Held() {
 		return NoHolder
+	}
+	shared := false
+	for _, h := range l.Holders {
+		if h.Prepared != nil {
+			return PreparedHolder
+		}
+		shared = shared || h.Shared
+	}
+	switch {
+	case shared:
+		return SharedHolders
 	case l.Stale(now, staleAfter):
 		return StaleHolder
 	}
 	return Healthy
+}
+
+// SharedDetail describes a lease held in shared mode (SharedHolders).
+func (l RoleLocks) SharedDetail() string {
+	pids := make([]string, 0, len(l.Holders))
+	for _, h := range l.Holders {
+		pids = append(pids, strconv.Itoa(int(h.PID)))
+	}
+	who := "1 session holds"
+	if len(l.Holders) > 1 {
+		who = strconv.Itoa(len(l.Holders)) + " sessions hold"
+	}
+	return fmt.Sprintf("%s it in shared mode (pid %s): a lease has exactly one holder, which holds its key alone", who, strings.Join(pids, ", "))
+}
+
+// PreparedDetail describes a lease held by a prepared transaction
+// (PreparedHolder).
+func (l RoleLocks) PreparedDetail() string {
+	for _, h := range l.Holders {
+		if h.Prepared != nil {
+			return fmt.Sprintf("held by prepared transaction %q, not by a worker (ROLLBACK PREPARED releases it)", h.Prepared.GID)
+		}
+	}
+	return ""
 }
 
 // ByRole lays the snapshot out as `leasectl who` shows it: first one line

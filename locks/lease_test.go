@@ -57,6 +57,7 @@ func TestLeaseHealth(t *testing.T) {
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
 	fresh := Claimant{PID: 1, Granted: true, State: "idle", StateChange: now.Add(-time.Second)}
 	stale := Claimant{PID: 2, Granted: true, State: "idle", StateChange: now.Add(-time.Hour)}
+	shared := func(s Claimant) Claimant { s.Shared = true; return s }
 	for _, tc := range []struct {
 		name    string
 		holders []Claimant
@@ -65,7 +66,9 @@ func TestLeaseHealth(t *testing.T) {
 		{"free", nil, NoHolder},
 		{"fresh holder", []Claimant{fresh}, Healthy},
 		{"stale holder", []Claimant{stale}, StaleHolder},
-		{"one live shared holder is enough", []Claimant{stale, fresh}, Healthy},
+		{"shared holders, one of them live, are no leader", []Claimant{shared(stale), shared(fresh)}, SharedHolders},
+		{"one shared holder is no leader", []Claimant{shared(fresh)}, SharedHolders},
+		{"a prepared transaction is no leader", []Claimant{{Granted: true, Prepared: &PreparedXact{GID: "x", PreparedAt: now}}}, PreparedHolder},
 		{"hidden holder passes", []Claimant{{PID: 3, Granted: true, Hidden: true}}, Healthy},
 	} {
 		l := RoleLocks{KeyLocks: KeyLocks{Key: BigintKey(1), Holders: tc.holders}}

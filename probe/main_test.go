@@ -5,13 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/lab"
 )
 
 var testLab *lab.Lab
 
 func TestMain(m *testing.M) {
-	os.Exit(lab.RunMain(m, lab.Options{
+	os.Exit(pgtest.RunMain(m, lab.Options{
 		Standby: true,
 		// Front doors that spread sessions or statements over servers, cut
 		// idle sessions, or carry a unix socket over TCP.

@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/leasectl/leasectl/timing"
 )
 
 func TestDecide(t *testing.T) {
@@ -33,41 +31,6 @@ func TestDecide(t *testing.T) {
 		if got, cause := Decide(tc.checks, tc.strict); got != tc.want || cause != tc.cause {
 			t.Errorf("case %d: %s (%s), want %s (%s)", i, got, cause, tc.want, tc.cause)
 		}
-	}
-}
-
-func TestCheckDeadPeer(t *testing.T) {
-	s := time.Second
-	hb, to := 15*s, 5*s
-	tcp := func(idle, interval time.Duration, count int, user time.Duration) serverSettings {
-		return serverSettings{TCP: timing.TCP{Idle: idle, Interval: interval, Count: count, UserTimeout: user}}
-	}
-	if c := checkDeadPeer(serverSettings{}, hb, to); c.Status != Warn || !strings.Contains(c.Detail, "2h11m") {
-		t.Errorf("OS defaults: %+v", c)
-	}
-	if c := checkDeadPeer(tcp(5*s, 2*s, 3, 0), hb, to); c.Status != Warn || !strings.Contains(c.Detail, "two workers") {
-		t.Errorf("detection faster than the lease notices: %+v", c)
-	}
-	// tcp_user_timeout shorter than the probes: the server gives up after
-	// 16 s, not 15 + 8 s, before the lease notices at 20 s.
-	if c := checkDeadPeer(tcp(15*s, s, 10, 8*s), hb, to); c.Status != Warn || !strings.Contains(c.Detail, "two workers") {
-		t.Errorf("tcp_user_timeout ending the session before the lease notices: %+v", c)
-	}
-	// A reply in flight at the cut: tcp_user_timeout after that send,
-	// whatever the keepalives say (measured: 5.75 s and 6.5 s).
-	if c := checkDeadPeer(tcp(30*s, 10*s, 3, 5*s), hb, to); c.Status != Warn || !strings.Contains(c.Detail, "in flight") {
-		t.Errorf("tcp_user_timeout 5 s with a reply in flight: %+v", c)
-	}
-	// Keepalives alone leave the in-flight path to retransmissions: ≈15 min.
-	if c := checkDeadPeer(tcp(30*s, 10*s, 3, 0), hb, to); c.Status != Warn || !strings.Contains(c.Detail, "15m") {
-		t.Errorf("keepalives without tcp_user_timeout: %+v", c)
-	}
-	if c := checkDeadPeer(tcp(30*s, 10*s, 3, time.Minute), hb, to); c.Status != Pass {
-		t.Errorf("60 s detection on both paths: %+v", c)
-	}
-	// Only the server's own view counts: a client it sees on a unix socket.
-	if c := checkDeadPeer(serverSettings{ClientOnSocket: true}, hb, to); c.Status != Pass {
-		t.Errorf("unix socket: %+v", c)
 	}
 }
 

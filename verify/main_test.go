@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/lab"
 )
 
@@ -12,5 +13,5 @@ import (
 var testLab *lab.Lab
 
 func TestMain(m *testing.M) {
-	os.Exit(lab.RunMain(m, lab.Options{Standby: true}, &testLab))
+	os.Exit(pgtest.RunMain(m, lab.Options{Standby: true}, &testLab))
 }

@@ -184,23 +184,25 @@ func leaseDSN(ctx context.Context, o Options) Result {
 	return r
 }
 
-// OneLeader decides one_leader for lease as read at now: exactly one
-// session holds the key, and it is not stale (a leader whose state is
-// hidden from this role passes: staleness is unknown, not proven).
+// OneLeader decides one_leader for lease as read at now, by the lease's
+// health ([locks.RoleLocks.Health], which `who --check` gates on too): exactly
+// one session holds the key exclusively, and it is not stale (a leader
+// whose state is hidden from this role passes: staleness is unknown, not
+// proven).
 func OneLeader(l locks.RoleLocks, now time.Time, staleAfter time.Duration) Result {
 	r := Result{Check: CheckOneLeader, Role: l.Role, Key: l.Key, Status: Fail, Now: now}
 	h, held := l.Holder()
 	if held {
 		r.Leader = &h
 	}
-	switch {
-	case !held:
+	switch l.Health(now, staleAfter) {
+	case locks.NoHolder:
 		r.Detail = "no holder: no replica leads " + l.Name()
-	case len(l.Holders) > 1:
-		r.Detail = fmt.Sprintf("%d sessions hold it in shared mode: a lease has exactly one holder", len(l.Holders))
-	case h.Prepared != nil:
-		r.Detail = fmt.Sprintf("held by prepared transaction %q, not by a worker (ROLLBACK PREPARED releases it)", h.Prepared.GID)
-	case l.Health(now, staleAfter) == locks.StaleHolder:
+	case locks.SharedHolders:
+		r.Detail = l.SharedDetail()
+	case locks.PreparedHolder:
+		r.Detail = l.PreparedDetail()
+	case locks.StaleHolder:
 		idle, _ := h.Idle(now)
 		r.Detail = fmt.Sprintf("%s holds it but is stale: idle %s > %s (a hung leader, or a lock stranded on a pooled server connection)",
 			h.Describe(), idle.Round(time.Second), staleAfter)

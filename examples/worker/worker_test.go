@@ -13,13 +13,14 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/leasetest"
+	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/lab"
 )
 
 var testLab *lab.Lab
 
 func TestMain(m *testing.M) {
-	os.Exit(lab.RunMain(m, lab.Options{Poolers: []lab.PoolerSpec{}}, &testLab))
+	os.Exit(pgtest.RunMain(m, lab.Options{Poolers: []lab.PoolerSpec{}}, &testLab))
 }
 
 const pollerKey = 9300001

@@ -246,7 +246,7 @@ func (f *fleet) start(k kind, dsn string, ns *Netns) *replica {
 		cmd = exec.Command(f.h.leasectl, args...)
 	}
 	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+dsn, "LEASECTL_KEYS="+f.h.keys)
-	// Should the test binary die without its cleanup (Ctrl-C: RunMain then
+	// Should the test binary die without its cleanup (Ctrl-C: pgtest.RunMain then
 	// stops only the lab), the replicas die with it, and their programs
 	// with them.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

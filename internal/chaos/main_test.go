@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/lab"
 )
 
@@ -51,7 +52,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(lab.RunMain(m, lab.Options{
+	os.Exit(pgtest.RunMain(m, lab.Options{
 		Poolers: []lab.PoolerSpec{
 			{Name: "transaction", Mode: lab.Transaction, PoolSize: 20},
 			{Name: "session", Mode: lab.Session, PoolSize: 20},

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -20,17 +21,18 @@ import (
 const HBA = "host all all 10.0.0.0/8 scram-sha-256"
 
 const (
-	nsPrefix  = "leasectl-chaos-"
-	vethPref  = "lcc" // + pid (+ "n" for the namespace's end): within IFNAMSIZ
+	nsPrefix  = "leasectl-chaos-" // + id
+	vethPref  = "lcc"             // + id (+ "n" for the namespace's end): within IFNAMSIZ
 	nftTable  = "leasectl_chaos"
 	toolsHint = "install iproute2 and nftables (scripts/lib.sh installs them when missing)"
 )
 
 // Netns is a network namespace joined to this host by a veth pair, so that
 // a process in it reaches PostgreSQL at HostAddr over a path that Cut can
-// sever without touching anyone else's traffic. Its names carry this
-// process's pid, so that a run killed before its cleanup is recognised and
-// removed by the next one.
+// sever without touching anyone else's traffic. Its names carry an id made
+// of this process's pid and a sequence number ("1234_1"): two Netns of one
+// process, or of two suites running at once, never share a name, and a run
+// killed before its cleanup is recognised and removed by the next one.
 type Netns struct {
 	// Name is the namespace, as `ip netns exec` takes it.
 	Name string
@@ -57,13 +59,24 @@ func NewNetns() (n *Netns, err error) {
 		}
 	}
 	removeStale()
+	// The subnet is free once no interface has an address in it; until
+	// this Netns has put HostAddr on its end, another one (of this
+	// process or of another suite) could pick the same.
+	unlock, err := lockSubnets()
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	subnet, err := freeSubnet()
 	if err != nil {
 		return nil, err
 	}
-	pid := strconv.Itoa(os.Getpid())
-	n = &Netns{Name: nsPrefix + pid, HostIf: vethPref + pid, NSIf: vethPref + pid + "n",
+	id := fmt.Sprintf("%d_%d", os.Getpid(), netnsSeq.Add(1))
+	n = &Netns{Name: nsPrefix + id, HostIf: vethPref + id, NSIf: vethPref + id + "n",
 		HostAddr: subnet + ".1", NSAddr: subnet + ".2"}
+	if len(n.NSIf) > maxIfName {
+		return nil, fmt.Errorf("interface name %s is longer than %d characters", n.NSIf, maxIfName)
+	}
 	defer func() {
 		if err != nil {
 			_ = n.Close()
@@ -85,6 +98,29 @@ func NewNetns() (n *Netns, err error) {
 		}
 	}
 	return n, nil
+}
+
+// netnsSeq numbers the Netns of this process.
+var netnsSeq atomic.Int64
+
+// maxIfName is the longest interface name Linux takes (IFNAMSIZ - 1).
+const maxIfName = 15
+
+// lockSubnets takes an exclusive lock, shared by every process on this
+// host, for picking a subnet and assigning it. flock locks belong to the
+// open file, so two Netns of one process exclude each other too. The lock
+// file's path is fixed, not under $TMPDIR, for every suite to share it.
+func lockSubnets() (unlock func(), err error) {
+	const name = "/tmp/leasectl-chaos-subnets.lock"
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock the choice of a subnet: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock the choice of a subnet: %w", err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // Command returns cmd prepared to run name inside the namespace. `ip netns
@@ -136,14 +172,15 @@ func removeStale() {
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
-		pid, ok := strings.CutPrefix(name, nsPrefix)
+		id, ok := strings.CutPrefix(name, nsPrefix)
 		if !ok {
 			continue
 		}
+		pid, _, _ := strings.Cut(id, "_")
 		if p, err := strconv.Atoi(pid); err != nil || syscall.Kill(p, 0) == nil {
 			continue // not ours, or its run is alive
 		}
-		_ = run(nil, "ip", "link", "del", vethPref+pid)
+		_ = run(nil, "ip", "link", "del", vethPref+id)
 		_ = run(nil, "ip", "netns", "del", name)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -19,7 +20,7 @@ func TestNetns(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	stale := strconv.Itoa(dead.Process.Pid)
+	stale := strconv.Itoa(dead.Process.Pid) + "_1"
 	for _, argv := range [][]string{
 		{"ip", "netns", "add", nsPrefix + stale},
 		{"ip", "link", "add", vethPref + stale, "type", "veth", "peer", "name", vethPref + stale + "n", "netns", nsPrefix + stale},
@@ -47,26 +48,7 @@ func TestNetns(t *testing.T) {
 		t.Errorf("the leftovers of pid %s are still there", stale)
 	}
 
-	ln, err := net.Listen("tcp", ns.HostAddr+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	dial := func() error {
-		cmd := ns.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), dialEnv+"="+ln.Addr().String())
-		_, err := cmd.CombinedOutput()
-		return err
-	}
+	dial := dialer(t, ns)
 	if err := dial(); err != nil {
 		t.Fatalf("from the namespace, before the cut: %v", err)
 	}
@@ -93,6 +75,84 @@ func TestNetns(t *testing.T) {
 	if namespaces(t)[ns.Name] || linkExists(ns.HostIf) || inUse(ns.HostAddr) {
 		t.Errorf("after Close: namespace %s listed %v, link %s exists %v, %s assigned %v",
 			ns.Name, namespaces(t)[ns.Name], ns.HostIf, linkExists(ns.HostIf), ns.HostAddr, inUse(ns.HostAddr))
+	}
+}
+
+// TestNetnsAtOnce: two partitions made at the same time, as two suites on
+// one machine (or two tests of one suite) make them, get names and subnets
+// of their own, and cutting one leaves the other's path alone.
+func TestNetnsAtOnce(t *testing.T) {
+	var nss [2]*Netns
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i := range nss {
+		wg.Go(func() { nss[i], errs[i] = NewNetns() })
+	}
+	wg.Wait()
+	for i, ns := range nss {
+		if ns != nil {
+			t.Cleanup(func() { ns.Close() })
+		}
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+	}
+	a, b := nss[0], nss[1]
+	subnet := func(addr string) string { return addr[:strings.LastIndex(addr, ".")] }
+	if a.Name == b.Name || a.HostIf == b.HostIf || a.NSIf == b.NSIf || subnet(a.HostAddr) == subnet(b.HostAddr) {
+		t.Fatalf("two partitions share a name or a subnet: %+v and %+v", a, b)
+	}
+	dialA, dialB := dialer(t, a), dialer(t, b)
+	if err := dialA(); err != nil {
+		t.Fatalf("from %s: %v", a.Name, err)
+	}
+	if err := dialB(); err != nil {
+		t.Fatalf("from %s: %v", b.Name, err)
+	}
+	if err := a.Cut(); err != nil {
+		t.Fatal(err)
+	}
+	if err := dialA(); err == nil {
+		t.Errorf("%s reached its host address through the cut", a.Name)
+	}
+	if err := dialB(); err != nil {
+		t.Errorf("cutting %s cut %s too: %v", a.Name, b.Name, err)
+	}
+	for _, ns := range nss {
+		if err := ns.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, ns := range nss {
+		if namespaces(t)[ns.Name] || linkExists(ns.HostIf) || inUse(ns.HostAddr) {
+			t.Errorf("after Close, %s is left: %+v", ns.Name, ns)
+		}
+	}
+}
+
+// dialer listens on ns.HostAddr and returns a function that connects to it
+// from inside the namespace (the test binary run there, see TestMain).
+func dialer(t *testing.T, ns *Netns) func() error {
+	t.Helper()
+	ln, err := net.Listen("tcp", ns.HostAddr+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return func() error {
+		cmd := ns.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), dialEnv+"="+ln.Addr().String())
+		_, err := cmd.CombinedOutput()
+		return err
 	}
 }
 

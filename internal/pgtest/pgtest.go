@@ -1,8 +1,11 @@
-// Package pgtest holds the fixtures that tests of several packages build on
-// a lab's real PostgreSQL: connections that name themselves, a second
-// database, a login role without privileges, a prepared transaction that
-// holds an advisory lock, a session blocked waiting for one. Each fails the
-// test on error and cleans up after it.
+// Package pgtest is the test plumbing around the lab: [RunMain] starts one
+// lab per test package from TestMain (with a watchdog that stops it should
+// the test binary die), and the fixtures that tests of several packages
+// build on a lab's real PostgreSQL: connections that name themselves, a
+// second database, a login role without privileges, a prepared transaction
+// that holds an advisory lock, a session blocked waiting for one. Each
+// fixture fails the test on error and cleans up after it. Only tests import
+// it, so none of it is in the leasectl binary.
 package pgtest
 
 import (

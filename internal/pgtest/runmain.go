@@ -1,4 +1,4 @@
-package lab
+package pgtest
 
 import (
 	"context"
@@ -9,10 +9,12 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/leasectl/leasectl/lab"
 )
 
-// TestingM is the part of *testing.M that RunMain needs; it keeps this
-// package free of the testing package.
+// TestingM is the part of *testing.M that RunMain needs; a test can pass
+// something else that runs "tests" (the watchdog's own test does).
 type TestingM interface {
 	Run() int
 }
@@ -22,7 +24,7 @@ type TestingM interface {
 //
 //	var testLab *lab.Lab
 //
-//	func TestMain(m *testing.M) { os.Exit(lab.RunMain(m, lab.Options{}, &testLab)) }
+//	func TestMain(m *testing.M) { os.Exit(pgtest.RunMain(m, lab.Options{}, &testLab)) }
 //
 // A lab that cannot start (a missing binary, say) fails the whole package
 // with the reason; it is never a skip. Ctrl-C during the tests still stops
@@ -30,13 +32,16 @@ type TestingM interface {
 // panic, SIGKILL, go test's timeout): a watchdog, the test binary run again
 // in a session of its own, stops the lab when its pipe from this process
 // closes.
-func RunMain(m TestingM, opts Options, dst **Lab) int {
+//
+// It lives here, with the other test plumbing, and not in package lab, so
+// that the leasectl binary does not carry it.
+func RunMain(m TestingM, opts lab.Options, dst **lab.Lab) int {
 	if dir := os.Getenv(watchdogEnv); dir != "" {
 		watchdog(dir)
 		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	l, err := Start(ctx, opts)
+	l, err := lab.Start(ctx, opts)
 	cancel()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test lab (real PostgreSQL and PgBouncer are required): %v\n", err)
@@ -88,7 +93,7 @@ func startWatchdog(dir string) (stop func(), err error) {
 	cmd := exec.Command(self)
 	cmd.Env = append(os.Environ(), watchdogEnv+"="+dir)
 	cmd.Stdin = r // stdout and stderr stay /dev/null: go test must not wait for it
-	cmd.SysProcAttr = sessionAttr(nil)
+	cmd.SysProcAttr = sessionAttr()
 	if err := cmd.Start(); err != nil {
 		w.Close()
 		return nil, err
@@ -102,7 +107,7 @@ func startWatchdog(dir string) (stop func(), err error) {
 // still there.
 func watchdog(dir string) {
 	_, _ = io.Copy(io.Discard, os.Stdin)
-	if l, err := Load(dir); err == nil {
+	if l, err := lab.Load(dir); err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_ = l.Stop(ctx)

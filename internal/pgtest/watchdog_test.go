@@ -1,4 +1,4 @@
-package lab_test
+package pgtest_test
 
 import (
 	"bufio"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/lab"
 )
 
@@ -29,7 +30,7 @@ func (crasher) Run() int {
 
 func TestMain(m *testing.M) {
 	if os.Getenv(crashEnv) != "" {
-		os.Exit(lab.RunMain(crasher{}, lab.Options{Poolers: []lab.PoolerSpec{}}, &crashLab))
+		os.Exit(pgtest.RunMain(crasher{}, lab.Options{Poolers: []lab.PoolerSpec{}}, &crashLab))
 	}
 	os.Exit(m.Run())
 }
