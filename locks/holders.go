@@ -50,7 +50,8 @@ func (k Key) String() string {
 	return fmt.Sprint(k.ID)
 }
 
-// ParseAnyKey parses "k" (a bigint key) or "k1,k2" (a two-int4 key).
+// ParseAnyKey parses "k" (a bigint key, as ParseKey reads it) or "k1,k2"
+// (a two-int4 key, each half in decimal or 0x hex).
 func ParseAnyKey(s string) (Key, error) {
 	if a, b, ok := strings.Cut(s, ","); ok {
 		k1, err1 := ParseKey(strings.TrimSpace(a))

@@ -2,6 +2,8 @@ package locks
 
 import (
 	"fmt"
+	"math"
+	"regexp"
 	"strconv"
 )
 
@@ -33,14 +35,33 @@ func (p PairKey) String() string {
 	return strconv.Itoa(int(p.K1)) + "," + strconv.Itoa(int(p.K2))
 }
 
-// ParseKey parses a bigint advisory key given as a decimal integer.
+// ParseKey parses a bigint advisory key. It is the one parser of the keys
+// leasectl reads, on the command line and in keys.yaml: an int64 in plain
+// decimal (1840000001, -42) or in 0x hex (0x6d6b000000000001, at most
+// 0x7fffffffffffffff; negative keys are written in decimal). Other
+// spellings (017, 0o17, 0b101, 1_000, 0X1F) are refused: YAML readers and
+// people disagree on what number they are.
 func ParseKey(s string) (int64, error) {
-	k, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a 64-bit integer key", s)
+	switch {
+	case decimalKey.MatchString(s):
+		if k, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return k, nil
+		}
+	case hexKey.MatchString(s):
+		if u, err := strconv.ParseUint(s[2:], 16, 64); err == nil && u <= math.MaxInt64 {
+			return int64(u), nil
+		}
+	default:
+		return 0, fmt.Errorf("%q is not a key: write a 64-bit integer in decimal (1840000001, -42) or in 0x hex (0x6d6b000000000001)", s)
 	}
-	return k, nil
+	return 0, fmt.Errorf("%q is outside the range of a 64-bit key (-9223372036854775808 to 9223372036854775807, or 0x7fffffffffffffff in hex; write negative keys in decimal)", s)
 }
+
+// The two spellings of a key (see ParseKey).
+var (
+	decimalKey = regexp.MustCompile(`^[-+]?(0|[1-9][0-9]*)$`)
+	hexKey     = regexp.MustCompile(`^0x[0-9a-fA-F]+$`)
+)
 
 // DefaultProbeKey is the advisory key `leasectl probe` takes by default:
 // the bytes of "leasectl" read as a big-endian int64 (0x6c6561736563746c).
