@@ -3,6 +3,7 @@ package cmd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,9 +15,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
-	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // defaultWatchInterval is the redraw interval of a bare --watch.
@@ -54,14 +55,15 @@ Without pg_read_all_stats the server hides other roles' client, session
 start and state: they show as "hidden", with the GRANT that reveals them.
 
 --check exits 1 when a requested role has no holder or a stale one, for
-alerts and deploy gates. --watch redraws every INTERVAL (default 2s) until
-Ctrl-C; give the interval as --watch=5s or as a duration argument.`,
+alerts and deploy gates. --watch (-w) redraws every 2s until Ctrl-C; give
+another interval after "=": --watch=5s.`,
 		Example: `  leasectl who                       # every role of keys.yaml
   leasectl who poller --check        # exit 1 when poller has no live leader
   leasectl who --all                 # also advisory locks of no role
   leasectl who 1840000001 --stale 15s
   leasectl who --watch               # follow a failover live
   leasectl who -o json | jq '.leases[] | select(.state == "FREE") | .role'`,
+		Args:              cobra.ArbitraryArgs,
 		ValidArgsFunction: completeRoles(app),
 		RunE: func(c *cobra.Command, args []string) error {
 			opts.Args = args
@@ -69,23 +71,24 @@ Ctrl-C; give the interval as --watch=5s or as a duration argument.`,
 		},
 	}
 	c.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		if m := negativeKey.FindStringSubmatch(err.Error()); m != nil {
-			return usageErrorf("%v: a negative key looks like a flag; put keys after --: leasectl who -- %s", err, m[1])
+		var unknown *pflag.NotExistError
+		if errors.As(err, &unknown) && negativeKey.MatchString(unknown.GetSpecifiedShortnames()) {
+			return usageErrorf("%v: a negative key looks like a flag; put keys after --: leasectl who -- -%s", err, unknown.GetSpecifiedShortnames())
 		}
-		return &UsageError{Err: err}
+		return flagError(c, err)
 	})
 	f := c.Flags()
 	f.BoolVar(&opts.All, "all", false, "also show advisory locks whose keys are in no role of keys.yaml")
 	f.DurationVar(&opts.Stale, "stale", 45*time.Second, "flag a holder idle for longer than this as STALE (three missed 15s heartbeats)")
 	f.BoolVar(&opts.Check, "check", false, "exit 1 when a requested role has no holder or a stale one")
-	f.DurationVar(&opts.Watch, "watch", 0, "redraw every INTERVAL until Ctrl-C (--watch, --watch=5s)")
+	f.DurationVarP(&opts.Watch, "watch", "w", 0, "redraw every 2s, or every INTERVAL given after \"=\" (--watch=5s, -w=5s), until Ctrl-C")
 	f.Lookup("watch").NoOptDefVal = defaultWatchInterval.String()
 	return c
 }
 
-// negativeKey finds the argument of pflag's "unknown shorthand flag: '1' in
-// -1" when a negative key was taken for flags.
-var negativeKey = regexp.MustCompile(`unknown shorthand flag: '\d' in (-\d[\d,-]*)$`)
+// negativeKey matches the shorthands of an unknown flag that is a negative
+// key (-1, -1,-2) taken for flags.
+var negativeKey = regexp.MustCompile(`^\d[\d,-]*$`)
 
 // whoSelection is what the arguments asked for.
 type whoSelection struct {
@@ -94,6 +97,9 @@ type whoSelection struct {
 }
 
 func runWho(ctx context.Context, opts *whoOptions, watchGiven bool) error {
+	if err := checkWatchArg(opts.app.args); err != nil {
+		return err
+	}
 	sel, err := opts.parse(watchGiven)
 	if err != nil {
 		return err
@@ -122,9 +128,6 @@ func runWho(ctx context.Context, opts *whoOptions, watchGiven bool) error {
 // parse checks the flags and resolves the arguments: what to show, before
 // anything connects.
 func (opts *whoOptions) parse(watchGiven bool) (whoSelection, error) {
-	if err := opts.takeWatchInterval(watchGiven); err != nil {
-		return whoSelection{}, err
-	}
 	switch {
 	case opts.Stale <= 0:
 		return whoSelection{}, usageErrorf("invalid --stale %s: it must be positive, e.g. 45s", opts.Stale)
@@ -136,44 +139,35 @@ func (opts *whoOptions) parse(watchGiven bool) (whoSelection, error) {
 	return opts.selection()
 }
 
-// takeWatchInterval lets `--watch 5s` mean `--watch=5s`: a flag with an
-// optional value only takes it after "=", so the interval arrives as an
-// argument. Role names win over durations.
-func (opts *whoOptions) takeWatchInterval(watchGiven bool) error {
-	if !watchGiven {
-		return nil
-	}
-	var roles *keys.File
-	var rest []string
-	taken := false
-	for _, a := range opts.Args {
-		d, err := time.ParseDuration(a)
-		if err != nil || isInteger(a) {
-			rest = append(rest, a)
+// checkWatchArg refuses `--watch 5` and `--watch 5s`: --watch takes its
+// interval only after "=" (--watch=5s), so the word after a bare --watch is
+// an argument, and a number there would silently be the key 5 watched every
+// 2s. args is the whole command line.
+func checkWatchArg(args []string) error {
+	for i, a := range args {
+		if a == "--" {
+			return nil
+		}
+		if (a != "--watch" && a != "-w") || i+1 >= len(args) {
 			continue
 		}
-		if roles == nil {
-			roles, _ = opts.app.LoadKeys()
+		next := args[i+1]
+		_, durErr := time.ParseDuration(next)
+		switch {
+		case isNumber(next):
+			return usageErrorf("%s %s is ambiguous: write %s=%ss to redraw every %s seconds, or put the key first to watch key %s (leasectl who %s %s)",
+				a, next, a, next, next, next, next, a)
+		case durErr == nil:
+			return usageErrorf("%s takes its interval after \"=\": write %s=%s", a, a, next)
 		}
-		if roles != nil {
-			if _, ok := roles.Role(a); ok {
-				rest = append(rest, a)
-				continue
-			}
-		}
-		if taken {
-			return usageErrorf("two --watch intervals given (%s and %s)", opts.Watch, a)
-		}
-		opts.Watch, taken = d, true
 	}
-	opts.Args = rest
 	return nil
 }
 
-func isInteger(s string) bool {
-	_, err := strconv.ParseInt(s, 10, 64)
-	return err == nil
-}
+var numberRe = regexp.MustCompile(`^[0-9]+(\.[0-9]*)?$`)
+
+// isNumber reports whether s is a plain non-negative number (5, 0.5).
+func isNumber(s string) bool { return numberRe.MatchString(s) }
 
 // selection resolves the arguments against keys.yaml. The file may be
 // missing (not invalid) when only keys or --all are asked for and no keys

@@ -185,7 +185,7 @@ var ErrUnsupported = errkind.New(errkind.Input, "the lab needs Linux or macOS (P
 type AlreadyRunningError struct{ Dir string }
 
 func (e *AlreadyRunningError) Error() string {
-	return fmt.Sprintf("a lab is already running in %s (use it, or stop it first)", e.Dir)
+	return fmt.Sprintf("a lab is already running in %s", e.Dir)
 }
 
 // DefaultDir is the state directory of `leasectl lab` when --dir is not
