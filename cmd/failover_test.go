@@ -363,7 +363,7 @@ func TestFailoverUsage(t *testing.T) {
 func TestFailoverAsksTheLeaderToStepDown(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200101)
 	env := runEnv(f, testLab.DirectDSN())
-	args := append([]string{"--role", "poller", "--retry-interval", "200ms", "--log-format", "json", "--"}, f.witnessArgs("-stop-delay", "300ms")...)
+	args := append([]string{"--role", "poller", "--retry-interval", "200ms", "-o", "json", "--"}, f.witnessArgs("-stop-delay", "300ms")...)
 	first := startRun(t, env, args...)
 	lead := f.next(leasetest.Start)
 	second := startRun(t, env, args...)

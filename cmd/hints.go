@@ -58,9 +58,9 @@ func keysNotFoundHint(app *App, c *cobra.Command, path string) string {
 	hint := "pass --keys FILE or set LEASECTL_KEYS"
 	switch c.Name() {
 	case "who":
-		hint += ", or without a keys file name KEYs (leasectl who 1840000001) or show every advisory lock (leasectl who --all)"
+		hint += "; without a keys file, name the keys (leasectl who 1840000001) or show every advisory lock (leasectl who --all)"
 	case "failover", "run":
-		hint += ", or give the key itself with --key N"
+		hint += "; without a keys file, give the key itself: --key N"
 	}
 	return hint
 }

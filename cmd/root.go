@@ -55,6 +55,9 @@ func Execute(args []string) int {
 
 // Run executes the command line args with app and returns the exit code.
 func Run(ctx context.Context, app *App, args []string) int {
+	if args == nil {
+		args = []string{} // cobra would read os.Args
+	}
 	app.args = args
 	root := NewRootCmd(app)
 	root.SetArgs(args)
@@ -177,7 +180,7 @@ func strictBuiltins(root *cobra.Command) {
 		switch c.Name() {
 		case "help":
 			c.Args = func(c *cobra.Command, args []string) error {
-				if found, _, err := c.Root().Find(args); found == nil || err != nil {
+				if found, rest, err := c.Root().Find(args); found == nil || err != nil || len(rest) > 0 {
 					return usageErrorf("unknown help topic %q: run leasectl --help for the commands", strings.Join(args, " "))
 				}
 				return nil

@@ -399,7 +399,7 @@ func TestWhoInputErrors(t *testing.T) {
 		{"--watch=1ms"},
 		{"--bogus"},
 	} {
-		if res := who(t, keysPath, args...); res.Code != ExitUsage || !strings.Contains(res.Stderr, "Error: ") {
+		if res := who(t, keysPath, args...); res.Code != ExitUsage || !strings.HasPrefix(res.Stderr, "error: ") {
 			t.Errorf("%v: exit %d, stderr %q; want 2", args, res.Code, res.Stderr)
 		}
 	}
@@ -515,7 +515,7 @@ func TestWhoWatch(t *testing.T) {
 
 	// On a terminal each frame clears the screen and redraws in place; the
 	// interval may also follow the flag as an argument.
-	out, code = watch(t, true, 2, "--watch", "100ms", "poller")
+	out, code = watch(t, true, 2, "-w=100ms", "poller")
 	if code != 0 || strings.Count(out, "\x1b[H\x1b[2J") != 2 || strings.Contains(out, "\n--- ") || !strings.Contains(out, "Ctrl-C") {
 		t.Errorf("terminal --watch: exit %d:\n%q", code, out)
 	}
