@@ -332,7 +332,7 @@ func TestFailoverUsage(t *testing.T) {
 		{[]string{"poller", "--key", "5"}, "not both"},
 		{[]string{"nosuch"}, `unknown role "nosuch"`},
 		{[]string{"1840200001"}, "use --key 1840200001"},
-		{[]string{"--key", "x"}, "invalid --key"},
+		{[]string{"--key", "x"}, `invalid argument "x" for "--key"`},
 		{[]string{"poller", "--wait", "0s"}, "invalid --wait"},
 		{[]string{"a", "b"}, "at most 1"},
 	} {
@@ -345,6 +345,11 @@ func TestFailoverUsage(t *testing.T) {
 	res := runCLI(t, nil, "--dsn", testLab.DirectDSN(), "failover", "--key", "-1840200009", "--yes")
 	if res.Code != ExitCheckFailed || !strings.Contains(res.Stderr, "nobody holds key -1840200009") {
 		t.Errorf("--key without keys file: exit %d, stderr %q", res.Code, res.Stderr)
+	}
+	// Keys in hex, as keys.yaml and every other key flag take them.
+	res = runCLI(t, nil, "--dsn", testLab.DirectDSN(), "failover", "--key", "0x6db1f0a9", "--yes")
+	if res.Code != ExitCheckFailed || !strings.Contains(res.Stderr, "nobody holds key 1840378025") {
+		t.Errorf("--key in hex: exit %d, stderr %q", res.Code, res.Stderr)
 	}
 	comp := runCLI(t, nil, "__complete", "failover", "--keys", "../keys.yaml", "")
 	if !strings.Contains(comp.Stdout, "poller\t") {
