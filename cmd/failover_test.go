@@ -152,7 +152,7 @@ func TestFailoverWithoutYesOnNonTerminalTerminatesNothing(t *testing.T) {
 	if !strings.Contains(res.Stdout, "Would ask pid "+itoa(pid)) || !strings.Contains(res.Stdout, "to step down") || !strings.Contains(res.Stdout, "Nothing was done") {
 		t.Errorf("does not say what it would do:\n%s", res.Stdout)
 	}
-	if !strings.Contains(res.Stderr, "leasectl failover poller --yes") || strings.Contains(res.Stderr, "Usage:") {
+	if !strings.Contains(res.Stderr, "leasectl failover poller --yes") || strings.Contains(res.Stderr, "for usage.") {
 		t.Errorf("stderr does not say how to confirm (or prints usage): %q", res.Stderr)
 	}
 	if hs := holders(t, foPollerKey); len(hs) != 1 || int32(hs[0]) != pid {

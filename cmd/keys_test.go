@@ -73,7 +73,7 @@ func TestKeysLint(t *testing.T) {
 			t.Errorf("problem %q not listed:\n%s", line, res.Stdout)
 		}
 	}
-	if !strings.Contains(res.Stderr, "7 problems") || strings.Contains(res.Stderr, "Usage:") {
+	if !strings.Contains(res.Stderr, "7 problems") || strings.Contains(res.Stderr, "for usage.") {
 		t.Errorf("stderr: %s", res.Stderr)
 	}
 
@@ -216,7 +216,7 @@ func TestKeysDiffFromGit(t *testing.T) {
 
 	res = runCLI(t, nil, "keys", "diff", file, "--base", "v7.0.0")
 	wantExit(t, res, ExitUsage)
-	if !strings.Contains(res.Stderr, `git ref "v7.0.0" not found`) || strings.Contains(res.Stderr, "Usage:") {
+	if !strings.Contains(res.Stderr, `git ref "v7.0.0" not found`) || strings.Contains(res.Stderr, "for usage.") {
 		t.Errorf("a bad ref: %s", res.Stderr)
 	}
 	// --allow-missing-base never excuses a mistyped ref.

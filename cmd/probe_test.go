@@ -125,7 +125,7 @@ func TestProbeBadInput(t *testing.T) {
 		t.Errorf("malformed DSN: exit %d: %s", res.Code, res.Stderr)
 	}
 	assertNoSecret(t, res, "hunter2-secret")
-	if strings.Contains(res.Stderr, "Usage:") {
+	if strings.Contains(res.Stderr, "for usage.") {
 		t.Errorf("usage shown for a bad DSN: %s", res.Stderr)
 	}
 

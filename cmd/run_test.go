@@ -261,7 +261,7 @@ func TestRunPassesTheProgramsStatusAndEnvironment(t *testing.T) {
 		if res.Code != status {
 			t.Errorf("program exit %d: leasectl exit %d; stderr:\n%s", status, res.Code, res.Stderr)
 		}
-		if strings.Contains(res.Stderr, "Error:") {
+		if strings.Contains(res.Stderr, "error:") {
 			t.Errorf("an exit status of the program is not leasectl's error:\n%s", res.Stderr)
 		}
 		ev := f.next(leasetest.Start)

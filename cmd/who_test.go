@@ -249,7 +249,7 @@ func TestWhoCheckFailsWithoutHolder(t *testing.T) {
 		t.Fatalf("scheduler and reconciler unheld: exit %d, want 1", res.Code)
 	}
 	if !strings.Contains(res.Stderr, "scheduler has no holder") || !strings.Contains(res.Stderr, "reconciler has no holder") ||
-		strings.Contains(res.Stderr, "poller") || strings.Contains(res.Stderr, "Usage:") {
+		strings.Contains(res.Stderr, "poller") || strings.Contains(res.Stderr, "for usage.") {
 		t.Errorf("stderr: %q", res.Stderr)
 	}
 	row(t, res.Stdout, "poller", "HELD")
