@@ -207,3 +207,37 @@ func TestKeyFlagForms(t *testing.T) {
 		}
 	}
 }
+
+// TestMissingKeysFileSaysWhatToDo: without a keys file, who names the ways
+// to give one and the ways to do without; failover and run name --key; a
+// file named by --keys or LEASECTL_KEYS is the path to check. Exit 2, no
+// hint to the help: the command line itself is fine.
+func TestMissingKeysFileSaysWhatToDo(t *testing.T) {
+	t.Chdir(t.TempDir())
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+		says []string
+	}{
+		{nil, []string{"who"}, []string{"keys file keys.yaml not found", "--keys FILE", "LEASECTL_KEYS", "leasectl who 1840000001", "leasectl who --all"}},
+		{nil, []string{"who", "--check"}, []string{"keys file keys.yaml not found", "--all"}},
+		{nil, []string{"failover", "poller", "--yes"}, []string{"keys file keys.yaml not found", "--keys FILE", "--key N"}},
+		{nil, []string{"run", "--role", "poller", "--", "true"}, []string{"keys file keys.yaml not found", "--key N"}},
+		{nil, []string{"verify"}, []string{"keys file keys.yaml not found", "--keys FILE", "LEASECTL_KEYS"}},
+		{nil, []string{"--keys", "deploy/keys.yaml", "who"}, []string{"keys file deploy/keys.yaml not found: check the path given to --keys"}},
+		{map[string]string{"LEASECTL_KEYS": "deploy/keys.yaml"}, []string{"who"}, []string{"keys file deploy/keys.yaml not found: check the path in $LEASECTL_KEYS"}},
+		{nil, []string{"keys", "lint", "deploy/keys.yaml"}, []string{"keys file deploy/keys.yaml not found: check the path"}},
+	} {
+		args := append([]string{"--dsn", "postgres://nobody@127.0.0.1:1/none"}, tc.args...)
+		res := runCLI(t, tc.env, args...)
+		name := strings.Join(tc.args, " ")
+		if res.Code != ExitUsage || strings.Contains(res.Stderr, "for usage.") || strings.Count(res.Stderr, "\n") != 1 {
+			t.Errorf("leasectl %s: exit %d, want 2 and one error line:\n%s", name, res.Code, res.Stderr)
+		}
+		for _, s := range tc.says {
+			if !strings.Contains(res.Stderr, s) {
+				t.Errorf("leasectl %s: does not say %q:\n%s", name, s, res.Stderr)
+			}
+		}
+	}
+}
