@@ -79,6 +79,7 @@ func TestUsageErrorsAreOneLineAndAHint(t *testing.T) {
 		{[]string{"who", "--watch", "5"}, "leasectl who", "--watch 5 is ambiguous: write --watch=5s to redraw every 5 seconds, or put the key first to watch key 5 (leasectl who 5 --watch)", ""},
 		{[]string{"who", "-w", "5"}, "leasectl who", "-w 5 is ambiguous", ""},
 		{[]string{"who", "--watch", "5s", "poller"}, "leasectl who", `--watch takes its interval after "=": write --watch=5s`, ""},
+		{[]string{"who", "-w5s"}, "leasectl who", `-w5s: write the interval after "=": -w=5s`, ""},
 		{[]string{"who", "--watch=5"}, "leasectl who", `invalid argument "5" for "--watch": want a duration`, ""},
 		{[]string{"who", "--watch=1ms"}, "leasectl who", "invalid --watch 1ms", ""},
 		{[]string{"who", "--check", "--watch"}, "leasectl who", "--check and --watch do not combine", ""},

@@ -72,8 +72,15 @@ another interval after "=": --watch=5s.`,
 	}
 	c.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		var unknown *pflag.NotExistError
-		if errors.As(err, &unknown) && negativeKey.MatchString(unknown.GetSpecifiedShortnames()) {
-			return usageErrorf("%v: a negative key looks like a flag; put keys after --: leasectl who -- -%s", err, unknown.GetSpecifiedShortnames())
+		if !errors.As(err, &unknown) {
+			return flagError(c, err)
+		}
+		switch sn := unknown.GetSpecifiedShortnames(); {
+		case slices.Contains(app.args, "-w"+sn):
+			// -w5s: pflag reads 5 and s as more shorthand flags.
+			return usageErrorf("-w%s: write the interval after \"=\": -w=%s", sn, sn)
+		case negativeKey.MatchString(sn):
+			return usageErrorf("%v: a negative key looks like a flag; put keys after --: leasectl who -- -%s", err, sn)
 		}
 		return flagError(c, err)
 	})
