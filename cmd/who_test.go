@@ -157,6 +157,13 @@ func TestWhoKeysAtTheEdgesOfTheEncoding(t *testing.T) {
 	for _, k := range args {
 		row(t, all.Stdout, "-", k, "HELD", pid)
 	}
+	// In 0x hex, as keys.yaml and the --key flags take keys.
+	hex := who(t, whoKeys(t), "0x100000005", "0x7fffffffffffffff")
+	if hex.Code != 0 {
+		t.Fatalf("hex keys: exit %d: %s", hex.Code, hex.Stderr)
+	}
+	row(t, hex.Stdout, "-", strconv.FormatInt(1<<32+5, 10), "HELD", pid)
+	row(t, hex.Stdout, "-", strconv.FormatInt(math.MaxInt64, 10), "HELD", pid)
 }
 
 func TestWhoIgnoresLocksOfOtherDatabases(t *testing.T) {
