@@ -20,6 +20,8 @@ type failoverOptions struct {
 	Yes   bool
 	Force bool
 	Wait  time.Duration
+
+	keyFlag keyFlag
 }
 
 func newFailoverCmd(app *App) *cobra.Command {
@@ -71,11 +73,13 @@ their next heartbeat.`,
 			if len(args) == 1 {
 				opts.Role = args[0]
 			}
+			opts.Key = opts.keyFlag.String()
 			return runFailover(c.Context(), opts)
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&opts.Key, "key", "", "the advisory key to fail over instead of a ROLE (k, or k1,k2 for the two-int4 form)")
+	opts.keyFlag = keyFlag{pairs: true}
+	f.Var(&opts.keyFlag, "key", "the advisory key to fail over instead of a ROLE: an integer in decimal or 0x hex, or k1,k2 for the two-int4 form")
 	f.BoolVar(&opts.Yes, "yes", false, "fail over without asking for confirmation")
 	f.BoolVar(&opts.Force, "force", false, "terminate the holder's backend at once instead of asking the leader to step down")
 	f.DurationVar(&opts.Wait, "wait", 15*time.Second, "how long to wait for a stand-by to take over")

@@ -153,7 +153,7 @@ func TestFailoverWithoutYesOnNonTerminalTerminatesNothing(t *testing.T) {
 	if !strings.Contains(res.Stdout, "Would ask pid "+itoa(pid)) || !strings.Contains(res.Stdout, "to step down") || !strings.Contains(res.Stdout, "Nothing was done") {
 		t.Errorf("does not say what it would do:\n%s", res.Stdout)
 	}
-	if !strings.Contains(res.Stderr, "leasectl failover poller --yes") || strings.Contains(res.Stderr, "Usage:") {
+	if !strings.Contains(res.Stderr, "leasectl failover poller --yes") || strings.Contains(res.Stderr, "for usage.") {
 		t.Errorf("stderr does not say how to confirm (or prints usage): %q", res.Stderr)
 	}
 	if hs := holders(t, foPollerKey); len(hs) != 1 || int32(hs[0]) != pid {
@@ -340,7 +340,7 @@ func TestFailoverUsage(t *testing.T) {
 		{[]string{"poller", "--key", "5"}, "not both"},
 		{[]string{"nosuch"}, `unknown role "nosuch"`},
 		{[]string{"1840200001"}, "use --key 1840200001"},
-		{[]string{"--key", "x"}, "invalid --key"},
+		{[]string{"--key", "x"}, `invalid argument "x" for "--key"`},
 		{[]string{"poller", "--wait", "0s"}, "invalid --wait"},
 		{[]string{"a", "b"}, "at most 1"},
 	} {
@@ -353,6 +353,11 @@ func TestFailoverUsage(t *testing.T) {
 	res := runCLI(t, nil, "--dsn", testLab.DirectDSN(), "failover", "--key", "-1840200009", "--yes")
 	if res.Code != ExitCheckFailed || !strings.Contains(res.Stderr, "nobody holds key -1840200009") {
 		t.Errorf("--key without keys file: exit %d, stderr %q", res.Code, res.Stderr)
+	}
+	// Keys in hex, as keys.yaml and every other key flag take them.
+	res = runCLI(t, nil, "--dsn", testLab.DirectDSN(), "failover", "--key", "0x6db1f0a9", "--yes")
+	if res.Code != ExitCheckFailed || !strings.Contains(res.Stderr, "nobody holds key 1840378025") {
+		t.Errorf("--key in hex: exit %d, stderr %q", res.Code, res.Stderr)
 	}
 	comp := runCLI(t, nil, "__complete", "failover", "--keys", "../keys.yaml", "")
 	if !strings.Contains(comp.Stdout, "poller\t") {
@@ -371,7 +376,7 @@ func TestFailoverUsage(t *testing.T) {
 func TestFailoverAsksTheLeaderToStepDown(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200101)
 	env := runEnv(f, testLab.DirectDSN())
-	args := append([]string{"--role", "poller", "--retry-interval", "200ms", "--log-format", "json", "--"}, f.witnessArgs("-stop-delay", "300ms")...)
+	args := append([]string{"--role", "poller", "--retry-interval", "200ms", "-o", "json", "--"}, f.witnessArgs("-stop-delay", "300ms")...)
 	first := startRun(t, env, args...)
 	lead := f.next(leasetest.Start)
 	second := startRun(t, env, args...)

@@ -12,12 +12,12 @@ import (
 
 // FuzzWhoArgs feeds `leasectl who` arbitrary arguments (NUL-separated in one
 // fuzz string), with and without --watch, against a keys file with two
-// roles: the parsing of ROLE, KEY, k1,k2 and a --watch interval given as an
-// argument. It runs without a database: only the parsing is fuzzed.
+// roles: the parsing of ROLE, KEY and k1,k2 (a --watch interval is never an
+// argument: it comes after "="). It runs without a database: only the
+// parsing is fuzzed.
 // Whatever the arguments, there is no panic, and the result is either an
 // error that is a usage or input error (exit 2) with a message, or a
-// selection of exactly one key per argument left after the interval (every
-// role's with none left): a role's key for a role name, else the key the
+// selection of exactly one key per argument (every role's with none): a role's key for a role name, else the key the
 // argument spells, which reads back the same from its printed form.
 //
 //	go test ./cmd -run '^$' -fuzz FuzzWhoArgs -fuzztime 3m -parallel 1

@@ -48,7 +48,8 @@ type expect struct {
 	code int
 	// says are substrings of stdout+stderr: what went wrong and what to do.
 	says []string
-	// usage: the command's usage text is shown (for usage errors only).
+	// usage: the hint to the command's help is shown (for usage errors
+	// only); the usage text itself never is.
 	usage bool
 }
 
@@ -65,8 +66,11 @@ func (e expect) check(t *testing.T, args []string, res cliResult, secrets ...str
 			t.Errorf("leasectl %s: output does not say %q\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), s, res.Stdout, res.Stderr)
 		}
 	}
-	if got := strings.Contains(res.Stderr, "Usage:"); got != e.usage {
-		t.Errorf("leasectl %s: usage shown %v, want %v\nstderr:\n%s", strings.Join(args, " "), got, e.usage, res.Stderr)
+	if got := strings.Contains(res.Stderr, "--help' for usage.\n"); got != e.usage {
+		t.Errorf("leasectl %s: hint to the help shown %v, want %v\nstderr:\n%s", strings.Join(args, " "), got, e.usage, res.Stderr)
+	}
+	if strings.Contains(res.Stderr, "Usage:") {
+		t.Errorf("leasectl %s: the usage text on stderr, not one line and a hint:\n%s", strings.Join(args, " "), res.Stderr)
 	}
 	noSecretOrTrace(t, all, secrets...)
 }
@@ -508,7 +512,7 @@ func TestHostileFlagsAndCommands(t *testing.T) {
 		{[]string{"lab", "status", "bogus"}, `"leasectl lab status" takes no arguments`},
 		{[]string{"completion", "bogus"}, `unknown shell "bogus"`},
 		{[]string{"completion"}, `"leasectl completion" needs a shell`},
-		{[]string{"completion", "bash", "bogus"}, `unknown command "bogus" for "leasectl completion bash"`},
+		{[]string{"completion", "bash", "bogus"}, `"leasectl completion bash" takes no arguments, got "bogus"`},
 		{[]string{"help", "bogus"}, `unknown help topic "bogus"`},
 		{[]string{"keys", "lint", "a.yaml", "b.yaml"}, "takes at most 1 argument(s)"},
 		{[]string{"probe", "dsn-a", "dsn-b"}, "takes at most 1 argument(s)"},
@@ -516,7 +520,7 @@ func TestHostileFlagsAndCommands(t *testing.T) {
 		{[]string{"run", "--role", "poller"}, "needs a command to run after --"},
 		{[]string{"--timeout", "soon", "who"}, `invalid argument "soon" for "--timeout"`},
 		{[]string{"--timeout", "-1s", "who"}, "invalid --timeout -1s: it must be positive"},
-		{[]string{"-o", "yaml", "who"}, `invalid --output "yaml": use text or json`},
+		{[]string{"-o", "yaml", "who"}, `invalid -o/--output "yaml": use text or json`},
 	} {
 		args := append([]string{"--dsn", dsn, "--keys", keysFile}, tc.args...)
 		expect{code: ExitUsage, says: []string{tc.says}, usage: true}.check(t, args, runBounded(t, nil, args...))
@@ -536,15 +540,15 @@ func TestHostileKeysAndRoles(t *testing.T) {
 		{[]string{"who", "--", "-1"}, expect{code: ExitOK, says: []string{"-1 ", "FREE"}}},
 		{[]string{"who", "-1"}, expect{code: ExitUsage, says: []string{"a negative key looks like a flag; put keys after --: leasectl who -- -1"}, usage: true}},
 		{[]string{"who", "--", "-9223372036854775808", "9223372036854775807", "-2147483648,2147483647"}, expect{code: ExitOK, says: []string{"-9223372036854775808", "9223372036854775807", "-2147483648,2147483647"}}},
-		{[]string{"who", "99999999999999999999"}, expect{code: ExitUsage, says: []string{`invalid KEY: "99999999999999999999" is not a 64-bit integer key`}, usage: true}},
-		{[]string{"who", "--", "-99999999999999999999"}, expect{code: ExitUsage, says: []string{"is not a 64-bit integer key"}, usage: true}},
+		{[]string{"who", "99999999999999999999"}, expect{code: ExitUsage, says: []string{`invalid KEY: "99999999999999999999" is outside the range of a 64-bit key`}, usage: true}},
+		{[]string{"who", "--", "-99999999999999999999"}, expect{code: ExitUsage, says: []string{"is outside the range of a 64-bit key"}, usage: true}},
 		{[]string{"who", "1,2,3"}, expect{code: ExitUsage, says: []string{`"1,2,3" is not a two-int4 key`}, usage: true}},
 		{[]string{"who", "1,2147483648"}, expect{code: ExitUsage, says: []string{"both in the int4 range"}, usage: true}},
 		{[]string{"who", ""}, expect{code: ExitUsage, says: []string{`unknown role ""`, known}}},
 		{[]string{"who", "nosuch"}, expect{code: ExitUsage, says: []string{`unknown role "nosuch"`, known}}},
-		{[]string{"failover", "--key", "99999999999999999999", "--yes"}, expect{code: ExitUsage, says: []string{`invalid --key: "99999999999999999999" is not a 64-bit integer key`}, usage: true}},
-		{[]string{"failover", "--key", "", "--yes"}, expect{code: ExitUsage, says: []string{"name the ROLE to fail over, or give --key N"}, usage: true}},
-		{[]string{"failover", "99999999999999999999", "--yes"}, expect{code: ExitUsage, says: []string{"is not a role of", "is not a 64-bit integer key"}, usage: true}},
+		{[]string{"failover", "--key", "99999999999999999999", "--yes"}, expect{code: ExitUsage, says: []string{`invalid argument "99999999999999999999" for "--key": "99999999999999999999" is outside the range of a 64-bit key`}, usage: true}},
+		{[]string{"failover", "--key", "", "--yes"}, expect{code: ExitUsage, says: []string{`invalid argument "" for "--key": "" is not a key`}, usage: true}},
+		{[]string{"failover", "99999999999999999999", "--yes"}, expect{code: ExitUsage, says: []string{"is not a role of", "is outside the range of a 64-bit key"}, usage: true}},
 		{[]string{"failover", "12", "--yes"}, expect{code: ExitUsage, says: []string{"to fail over a bare key, use --key 12"}, usage: true}},
 		{[]string{"failover", "", "--yes"}, expect{code: ExitUsage, says: []string{"name the ROLE to fail over"}, usage: true}},
 		{[]string{"failover", "nosuch", "--yes"}, expect{code: ExitUsage, says: []string{`unknown role "nosuch"`, known}}},

@@ -7,22 +7,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/leasectl/leasectl/keys"
 	"github.com/spf13/cobra"
 )
-
-// The output formats of keys lint and keys diff.
-const (
-	formatText = "text"
-	formatJSON = "json"
-	formatGH   = "github-actions"
-)
-
-var keysFormats = []string{formatText, formatJSON, formatGH}
 
 func newKeysCmd(app *App) *cobra.Command {
 	c := &cobra.Command{
@@ -37,37 +27,26 @@ previous release and fails on changes that break a rolling deploy, the way
 "buf breaking" does for protobuf schemas. Run both in CI.`,
 		Example: `  leasectl keys lint
   leasectl keys diff                      # against the latest tag reachable from HEAD
-  leasectl keys diff --base main --format github-actions`,
-		// Runnable, so that cobra checks Args: a command without RunE
-		// prints its help for any argument and exits 0.
-		Args: func(c *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usageErrorf("unknown command %q for %q: use lint or diff", args[0], c.CommandPath())
-			}
-			return nil
-		},
-		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
+  leasectl keys diff --base main -o github-actions`,
+		Args: noArgs,
+		RunE: parentRunE,
 	}
 	c.AddCommand(newKeysLintCmd(app), newKeysDiffCmd(app))
+	setOutputs(c, formatText, formatJSON, formatGH)
 	return c
 }
 
-// addFormatFlag adds --format, which -o json also sets.
-func addFormatFlag(c *cobra.Command, format *string) {
-	c.Flags().StringVar(format, "format", formatText, "output format: text, json or github-actions (annotations on the pull request); -o json selects json too")
-	_ = c.RegisterFlagCompletionFunc("format", cobra.FixedCompletions(keysFormats, cobra.ShellCompDirectiveNoFileComp))
+// addFormatFlag adds --format, the deprecated name of -o for keys lint and
+// keys diff.
+func addFormatFlag(c *cobra.Command) {
+	c.Flags().String("format", formatText, "output format: text, json or github-actions")
+	deprecatedAlias(c.Flags(), "format", "output")
 }
 
 // keysArgs settles what keys lint and keys diff share: the output format
-// (--format when given, else json for -o json, else text) and the optional
-// FILE argument.
-func keysArgs(c *cobra.Command, app *App, args []string, format, file *string) error {
-	switch {
-	case !c.Flags().Changed("format") && app.JSON():
-		*format = formatJSON
-	case !slices.Contains(keysFormats, *format):
-		return usageErrorf("invalid --format %q: use text, json or github-actions", *format)
-	}
+// (-o) and the optional FILE argument.
+func keysArgs(app *App, args []string, format, file *string) error {
+	*format = app.Global.Output
 	if len(args) == 1 {
 		*file = args[0]
 	}
@@ -110,17 +89,17 @@ every YAML reader agrees on. Anchors and aliases are refused.
 Rules:
 ` + rulesHelp(keys.LintRules),
 		Example: `  leasectl keys lint
-  leasectl keys lint deploy/keys.yaml --format github-actions`,
+  leasectl keys lint deploy/keys.yaml -o github-actions`,
 		Args:              maxArgs(1),
 		ValidArgsFunction: completeKeysFile,
 		RunE: func(c *cobra.Command, args []string) error {
-			if err := keysArgs(c, app, args, &opts.Format, &opts.File); err != nil {
+			if err := keysArgs(app, args, &opts.Format, &opts.File); err != nil {
 				return err
 			}
 			return runKeysLint(c.Context(), opts)
 		},
 	}
-	addFormatFlag(c, &opts.Format)
+	addFormatFlag(c)
 	return c
 }
 
@@ -247,7 +226,7 @@ clone (actions/checkout's default) the latest tag cannot be known: without
 and says how to fetch the history (fetch-depth: 0, git fetch --unshallow
 --tags).
 
-With --format github-actions every finding and every error is an
+With -o github-actions every finding and every error is an
 annotation on the pull request.
 
 Exit 1 when any finding is an error, 0 otherwise, 2 on invalid input.
@@ -256,12 +235,12 @@ Rules:
 ` + rulesHelp(keys.DiffRules),
 		Example: `  leasectl keys diff                          # against the latest tag
   leasectl keys diff --base v1.4.0
-  leasectl keys diff deploy/keys.yaml --base origin/main --format github-actions
+  leasectl keys diff deploy/keys.yaml --base origin/main -o github-actions
   leasectl keys diff --base-file /tmp/old-keys.yaml -o json`,
 		Args:              maxArgs(1),
 		ValidArgsFunction: completeKeysFile,
 		RunE: func(c *cobra.Command, args []string) error {
-			if err := keysArgs(c, app, args, &opts.Format, &opts.File); err != nil {
+			if err := keysArgs(app, args, &opts.Format, &opts.File); err != nil {
 				return err
 			}
 			if opts.Base != "" && opts.BaseFile != "" {
@@ -270,7 +249,7 @@ Rules:
 			return runKeysDiff(c.Context(), opts)
 		},
 	}
-	addFormatFlag(c, &opts.Format)
+	addFormatFlag(c)
 	c.Flags().StringVar(&opts.Base, "base", "", "git ref (tag, branch, commit) of the version to compare with (default: the latest tag reachable from HEAD)")
 	c.Flags().StringVar(&opts.BaseFile, "base-file", "", "compare with this file instead of a version from git")
 	c.Flags().BoolVar(&opts.AllowMissingBase, "allow-missing-base", false, "pass when there is no base: no tag yet, or FILE is new since the ref (a first release)")
@@ -460,20 +439,26 @@ func writeWorkflowCommand(w io.Writer, cmd, file string, line int, title, messag
 }
 
 // wantsAnnotations reports whether c, the command that failed, is keys lint
-// or keys diff asked for --format github-actions. The command line args are
-// read too: a flag error stops parsing before --format may have been read.
-func wantsAnnotations(c *cobra.Command, args []string) bool {
+// or keys diff asked for -o github-actions (or its deprecated name
+// --format). The command line args are read when the flags were not: a flag
+// error stops parsing before -o may have been read.
+func wantsAnnotations(c *cobra.Command, app *App, args []string) bool {
 	if c == nil || !c.HasParent() || c.Parent().Name() != "keys" || (c.Name() != "lint" && c.Name() != "diff") {
 		return false
 	}
-	if f := c.Flags().Lookup("format"); f != nil && f.Changed {
-		return f.Value.String() == formatGH
+	if f := c.Flags().Lookup("output"); f != nil && f.Changed && app.Global.Output == formatGH {
+		return true
 	}
 	for i, a := range args {
-		switch {
-		case a == "--":
+		if a == "--" {
 			return false
-		case a == "--format="+formatGH, a == "--format" && i+1 < len(args) && args[i+1] == formatGH:
+		}
+		for _, flag := range []string{"-o", "--output", "--format"} {
+			if a == flag+"="+formatGH || a == flag && i+1 < len(args) && args[i+1] == formatGH {
+				return true
+			}
+		}
+		if a == "-o"+formatGH {
 			return true
 		}
 	}

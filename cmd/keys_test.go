@@ -73,7 +73,7 @@ func TestKeysLint(t *testing.T) {
 			t.Errorf("problem %q not listed:\n%s", line, res.Stdout)
 		}
 	}
-	if !strings.Contains(res.Stderr, "7 problems") || strings.Contains(res.Stderr, "Usage:") {
+	if !strings.Contains(res.Stderr, "7 problems") || strings.Contains(res.Stderr, "for usage.") {
 		t.Errorf("stderr: %s", res.Stderr)
 	}
 
@@ -100,7 +100,7 @@ func TestKeysDiffExitCodes(t *testing.T) {
 		{"missing base file", []string{keysBase, "--base-file", "testdata/keys/nope.yaml"}, ExitUsage, "not found"},
 		{"missing head", []string{"testdata/keys/nope.yaml", "--base-file", keysBase}, ExitUsage, "not found"},
 		{"both bases", []string{keysBase, "--base-file", keysBase, "--base", "v1"}, ExitUsage, "exclude each other"},
-		{"bad format", []string{keysBase, "--base-file", keysBase, "--format", "sarif"}, ExitUsage, "invalid --format"},
+		{"bad format", []string{keysBase, "--base-file", keysBase, "-o", "sarif"}, ExitUsage, `invalid -o/--output "sarif": use text, json or github-actions`},
 		{"two files", []string{keysBase, keysBreaking}, ExitUsage, "at most 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,10 +131,10 @@ func TestKeysOutputFormats(t *testing.T) {
 		code   int
 	}{
 		{"lint.txt", []string{"keys", "lint", keysInvalid}, ExitUsage},
-		{"lint.json", []string{"keys", "lint", keysInvalid, "--format", "json"}, ExitUsage},
+		{"lint.json", []string{"keys", "lint", keysInvalid, "-o", "json"}, ExitUsage},
 		{"lint-valid.json", []string{"-o", "json", "keys", "lint", keysCompatible}, ExitOK},
 		{"diff.txt", []string{"keys", "diff", keysBreaking, "--base-file", keysBase}, ExitCheckFailed},
-		{"diff.json", []string{"keys", "diff", keysBreaking, "--base-file", keysBase, "--format", "json"}, ExitCheckFailed},
+		{"diff.json", []string{"keys", "diff", keysBreaking, "--base-file", keysBase, "-o", "json"}, ExitCheckFailed},
 		{"diff-compatible.json", []string{"-o", "json", "keys", "diff", keysCompatible, "--base-file", keysBase}, ExitOK},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {
@@ -155,12 +155,12 @@ func TestKeysOutputFormats(t *testing.T) {
 	copyFile(t, keysInvalid, r.Path("deploy/invalid.yaml"))
 	r.Commit("change keys")
 	t.Run("diff.github-actions", func(t *testing.T) {
-		res := runCLI(t, nil, "keys", "diff", r.Path("deploy/keys.yaml"), "--format", "github-actions")
+		res := runCLI(t, nil, "keys", "diff", r.Path("deploy/keys.yaml"), "-o", "github-actions")
 		wantExit(t, res, ExitCheckFailed)
 		golden(t, "diff.github-actions", res.Stdout)
 	})
 	t.Run("lint.github-actions", func(t *testing.T) {
-		res := runCLI(t, nil, "keys", "lint", r.Path("deploy/invalid.yaml"), "--format", "github-actions")
+		res := runCLI(t, nil, "keys", "lint", r.Path("deploy/invalid.yaml"), "-o", "github-actions")
 		wantExit(t, res, ExitUsage)
 		golden(t, "lint.github-actions", res.Stdout)
 	})
@@ -216,7 +216,7 @@ func TestKeysDiffFromGit(t *testing.T) {
 
 	res = runCLI(t, nil, "keys", "diff", file, "--base", "v7.0.0")
 	wantExit(t, res, ExitUsage)
-	if !strings.Contains(res.Stderr, `git ref "v7.0.0" not found`) || strings.Contains(res.Stderr, "Usage:") {
+	if !strings.Contains(res.Stderr, `git ref "v7.0.0" not found`) || strings.Contains(res.Stderr, "for usage.") {
 		t.Errorf("a bad ref: %s", res.Stderr)
 	}
 	// --allow-missing-base never excuses a mistyped ref.
@@ -314,7 +314,7 @@ func TestKeysGuideListsEveryRule(t *testing.T) {
 			t.Errorf("docs/guide/keys.md does not describe %s", r.Name)
 		}
 	}
-	if !strings.Contains(guide, "fetch-depth: 0") || !strings.Contains(guide, "keys diff --format github-actions") {
+	if !strings.Contains(guide, "fetch-depth: 0") || !strings.Contains(guide, "keys diff -o github-actions") {
 		t.Error("docs/guide/keys.md lacks the GitHub Actions job")
 	}
 }
@@ -346,13 +346,13 @@ func TestKeysUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"keys", "bogus"},
 		{"keys", "lint", "a.yaml", "b.yaml"},
-		{"keys", "lint", "--format", "xml"},
+		{"keys", "lint", "-o", "xml"},
 		{"keys", "diff", "--bogus"},
 	} {
 		res := runCLI(t, nil, args...)
 		wantExit(t, res, ExitUsage)
-		if !strings.Contains(res.Stderr, "Usage:") {
-			t.Errorf("%v: no usage: %s", args, res.Stderr)
+		if !strings.HasSuffix(res.Stderr, "--help' for usage.\n") || strings.Contains(res.Stderr, "Usage:") {
+			t.Errorf("%v: no hint to the help, or the whole usage: %s", args, res.Stderr)
 		}
 	}
 }
@@ -401,9 +401,9 @@ func TestKeysDiffRefusesAShallowClone(t *testing.T) {
 // properties escaped the way the runner reads them.
 var workflowCommand = regexp.MustCompile(`^::(error|warning|notice)( (file|line|title)=[^,:\n]+(,(file|line|title)=[^,:\n]+)*)?::[^\n]+$`)
 
-// TestKeysGitHubActionsErrorsAreAnnotations: with --format github-actions
+// TestKeysGitHubActionsErrorsAreAnnotations: with -o github-actions
 // every failure of keys lint and keys diff, setup failures included, is an
-// annotation on stdout (the pull request never shows a plain "Error:"
+// annotation on stdout (the pull request never shows a plain "error:"
 // line), with the documented exit code.
 func TestKeysGitHubActionsErrorsAreAnnotations(t *testing.T) {
 	r := gittest.New(t)
@@ -422,7 +422,7 @@ func TestKeysGitHubActionsErrorsAreAnnotations(t *testing.T) {
 	outside := filepath.Join(t.TempDir(), "keys.yaml")
 	copyFile(t, keysBase, outside)
 
-	gh := "--format=github-actions"
+	gh := "-o=github-actions"
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -433,7 +433,7 @@ func TestKeysGitHubActionsErrorsAreAnnotations(t *testing.T) {
 			"::error file=nope.yaml,title=leasectl keys lint::keys file " + r.Path("nope.yaml") + " not found"},
 		{"diff: missing file", []string{"keys", "diff", r.Path("nope.yaml"), gh}, ExitUsage,
 			"::error file=nope.yaml,title=leasectl keys diff::keys file " + r.Path("nope.yaml") + " not found"},
-		{"the --keys file", []string{"--keys", r.Path("nope.yaml"), "keys", "diff", "--format", "github-actions"}, ExitUsage,
+		{"the --keys file", []string{"--keys", r.Path("nope.yaml"), "keys", "diff", "-o", "github-actions"}, ExitUsage,
 			"::error file=nope.yaml,title=leasectl keys diff::keys file"},
 		{"lint: bad YAML", []string{"keys", "lint", r.Path("deploy/bad.yaml"), gh}, ExitUsage,
 			"::error file=deploy/bad.yaml,line=1::YAML_SYNTAX: "},
@@ -451,8 +451,14 @@ func TestKeysGitHubActionsErrorsAreAnnotations(t *testing.T) {
 			"::error file=" + ghProperty(outside) + ",title=leasectl keys diff::" + outside + " is not inside a git repository"},
 		{"diff: usage", []string{"keys", "diff", r.Path("keys.yaml"), "--base", "v1.0.0", "--base-file", keysBase, gh}, ExitUsage,
 			"::error title=leasectl keys diff::--base and --base-file exclude each other"},
-		{"diff: an unknown flag before --format", []string{"keys", "diff", "--bogus", "--format", "github-actions"}, ExitUsage,
+		{"diff: an unknown flag before -o", []string{"keys", "diff", "--bogus", "-o", "github-actions"}, ExitUsage,
 			"::error title=leasectl keys diff::unknown flag: --bogus"},
+		{"diff: an unknown flag before --output=", []string{"keys", "diff", "--bogus", "--output=github-actions"}, ExitUsage,
+			"::error title=leasectl keys diff::unknown flag: --bogus"},
+		{"diff: an unknown flag before the deprecated --format", []string{"keys", "diff", "--bogus", "--format", "github-actions"}, ExitUsage,
+			"::error title=leasectl keys diff::unknown flag: --bogus"},
+		{"diff: the deprecated --format", []string{"keys", "diff", noTags.Path("keys.yaml"), "--format", "github-actions"}, ExitUsage,
+			"::error file=keys.yaml,title=leasectl keys diff::no tag is reachable from HEAD"},
 		{"lint: too many arguments", []string{"keys", "lint", "a.yaml", "b.yaml", gh}, ExitUsage,
 			`::error title=leasectl keys lint::"leasectl keys lint" takes at most 1 argument(s)`},
 	} {
@@ -467,7 +473,7 @@ func TestKeysGitHubActionsErrorsAreAnnotations(t *testing.T) {
 					t.Errorf("not a workflow command: %q", line)
 				}
 			}
-			if strings.Contains(res.Stderr, "Error:") {
+			if strings.Contains(res.Stderr, "error:") {
 				t.Errorf("a plain error line, which the pull request never shows:\n%s", res.Stderr)
 			}
 		})
@@ -493,7 +499,7 @@ func TestKeysGitHubActionsErrorsAreAnnotations(t *testing.T) {
 	// Other formats keep the plain error line.
 	res = runCLI(t, nil, "keys", "diff", shallow.Path("keys.yaml"))
 	wantExit(t, res, ExitUsage)
-	if !strings.HasPrefix(res.Stderr, "Error: this repository is a shallow clone") || res.Stdout != "" {
+	if !strings.HasPrefix(res.Stderr, "error: this repository is a shallow clone") || res.Stdout != "" {
 		t.Errorf("text format:\nstdout: %s\nstderr: %s", res.Stdout, res.Stderr)
 	}
 }

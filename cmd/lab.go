@@ -54,9 +54,7 @@ DSN names with passfile=.`,
   leasectl lab up --ha
   leasectl lab kill-primary && leasectl lab revive node1`,
 		Args: noArgs,
-		RunE: func(c *cobra.Command, args []string) error {
-			return usageErrorf("%q needs a subcommand: up, down, env, status, switchover, kill-primary or revive", c.CommandPath())
-		},
+		RunE: parentRunE,
 	}
 	c.PersistentFlags().StringVar(&opts.Dir, "dir", lab.DefaultDir(), "state directory of the lab")
 	c.AddCommand(newLabUpCmd(opts), newLabDownCmd(opts), newLabEnvCmd(opts), newLabStatusCmd(opts),

@@ -24,6 +24,7 @@ type probeOptions struct {
 	Idle       time.Duration
 	Heartbeat  time.Duration
 	HBTimeout  time.Duration
+	keyFlag    keyFlag
 }
 
 func newProbeCmd(app *App) *cobra.Command {
@@ -74,19 +75,23 @@ $LEASECTL_DSN, $DATABASE_URL or libpq's PG* variables.`, locks.ProbeKeyBase, loc
 			if len(args) == 1 {
 				opts.DSNArg = args[0]
 			}
-			if c.Flags().Changed("probe-key") && opts.Key == 0 {
+			opts.Key = opts.keyFlag.key.ID
+			if opts.keyFlag.set && opts.Key == 0 {
 				return usageErrorf("invalid --probe-key 0: pick a key no role uses, or leave the flag out for a random one")
 			}
 			return runProbe(c.Context(), opts)
 		},
 	}
 	f := c.Flags()
-	f.Int64Var(&opts.Key, "probe-key", 0, "advisory key the probe takes (default: random in the probe's range); no role may use it")
+	opts.keyFlag = keyFlag{noPairWhy: "the probe takes a bigint key: give one 64-bit integer"}
+	f.Var(&opts.keyFlag, "probe-key", "advisory key the probe takes, in decimal or 0x hex (default: random in the probe's range); no role may use it")
 	f.BoolVar(&opts.Strict, "strict", false, "refuse on warnings too")
 	f.IntVar(&opts.Contenders, "contenders", 1, "further connections that contend for the key")
 	f.IntVar(&opts.Rounds, "rounds", 2, "times each contender tries the key")
 	f.DurationVar(&opts.Idle, "idle", 0, "keep connection A idle this long, holding the key, and check that its session survived (proxy idle timeouts)")
-	f.DurationVar(&opts.Heartbeat, "heartbeat", 15*time.Second, "lease heartbeat interval the server settings are judged against")
+	f.DurationVar(&opts.Heartbeat, "heartbeat-interval", 15*time.Second, "lease heartbeat interval the server settings are judged against")
+	f.Duration("heartbeat", 15*time.Second, "")
+	deprecatedAlias(f, "heartbeat", "heartbeat-interval")
 	f.DurationVar(&opts.HBTimeout, "heartbeat-timeout", 5*time.Second, "lease heartbeat timeout the server settings are judged against")
 	return c
 }

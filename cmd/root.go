@@ -32,6 +32,8 @@ type App struct {
 	IO     *IOStreams
 	Getenv func(string) string
 	Global GlobalOptions
+	// args is the command line, as Run was given it.
+	args []string
 	// OwnProcess says leasectl is the whole process (not a test driving a
 	// command in-process): `leasectl run` then makes the process a child
 	// subreaper, which changes how the process's orphans are reparented.
@@ -53,14 +55,14 @@ func Execute(args []string) int {
 
 // Run executes the command line args with app and returns the exit code.
 func Run(ctx context.Context, app *App, args []string) int {
+	if args == nil {
+		args = []string{} // cobra would read os.Args
+	}
+	app.args = args
 	root := NewRootCmd(app)
 	root.SetArgs(args)
 	c, err := root.ExecuteContextC(ctx)
 	if err != nil {
-		if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown shorthand flag") ||
-			strings.HasPrefix(err.Error(), "unknown flag") {
-			err = &UsageError{Err: err}
-		}
 		var connErr *dbconn.ConnectError
 		if errors.As(err, &connErr) && connErr.TimedOut() {
 			err = fmt.Errorf("%w; raise --timeout (now %s) if the network is slow", err, app.Global.Timeout)
@@ -68,14 +70,12 @@ func Run(ctx context.Context, app *App, args []string) int {
 			// Connected, then a statement got no answer in time.
 			err = fmt.Errorf("%w (no answer within --timeout %s: a pooler with no free server connection, or an overloaded server? raise --timeout)", err, app.Global.Timeout)
 		}
-		if wantsAnnotations(c, args) {
-			// keys lint|diff --format github-actions: the error as
+		err = withFlagHints(app, c, err)
+		if wantsAnnotations(c, app, args) {
+			// keys lint|diff -o github-actions: the error as
 			// annotations, which the pull request shows.
 			writeErrorAnnotations(ctx, app.IO.Out, app, c, err)
-			var usage *UsageError
-			if errors.As(err, &usage) {
-				fmt.Fprintf(app.IO.ErrOut, "%s", c.UsageString())
-			}
+			printUsageHint(app.IO.ErrOut, c, err)
 		} else {
 			printError(app.IO.ErrOut, c, err)
 		}
@@ -105,18 +105,14 @@ while they hold the lease.`,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
 		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
+		// Arguments are checked: an unknown command is a usage error.
+		Args: noArgs,
 		PersistentPreRunE: func(c *cobra.Command, _ []string) error {
-			switch app.Global.Output {
-			case "text", "json":
-			case outputWide:
-				if !isWho(c) {
-					return usageErrorf("invalid --output %q: use text or json (wide is for leasectl who only)", app.Global.Output)
-				}
-			default:
-				if isWho(c) {
-					return usageErrorf("invalid --output %q: use text or json, or wide for every column", app.Global.Output)
-				}
-				return usageErrorf("invalid --output %q: use text or json", app.Global.Output)
+			if err := settleDeprecated(app, c); err != nil {
+				return err
+			}
+			if err := checkOutput(c, app.Global.Output); err != nil {
+				return err
 			}
 			if app.Global.Timeout <= 0 {
 				return usageErrorf("invalid --timeout %s: it must be positive, e.g. 5s", app.Global.Timeout)
@@ -125,8 +121,7 @@ while they hold the lease.`,
 			return nil
 		},
 		// Runnable for --version, which honours -o json (cobra's own
-		// version flag prints a template and ignores -o). Arguments are
-		// still checked: an unknown command is a usage error.
+		// version flag prints a template and ignores -o).
 		RunE: func(c *cobra.Command, _ []string) error {
 			if showVersion {
 				return renderVersion(app, true)
@@ -135,18 +130,15 @@ while they hold the lease.`,
 		},
 	}
 	root.Flags().BoolVar(&showVersion, "version", false, "print leasectl's version on one line (-o json: as JSON; leasectl version shows more)")
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return &UsageError{Err: err} })
+	root.SetFlagErrorFunc(flagError)
 	pf := root.PersistentFlags()
 	pf.StringVar(&app.Global.DSN, "dsn", "", "PostgreSQL DSN (else $LEASECTL_DSN, $DATABASE_URL, then libpq's PG* variables, pgpass and service files)")
 	pf.StringVar(&app.Global.Keys, "keys", "", "role→key map (else $LEASECTL_KEYS, else ./keys.yaml)")
-	pf.StringVarP(&app.Global.Output, "output", "o", "text", "output format: text or json")
+	pf.StringVarP(&app.Global.Output, "output", "o", "text", "output format: text or json (keys lint and keys diff: also github-actions; run: its log on stderr)")
 	pf.BoolVar(&app.Global.NoColor, "no-color", false, "plain output without colours (also when $NO_COLOR is set or stdout is not a terminal)")
 	pf.DurationVar(&app.Global.Timeout, "timeout", 5*time.Second, "time limit for connecting and for each database step")
-	_ = root.RegisterFlagCompletionFunc("output", func(c *cobra.Command, _ []string, _ string) ([]string, cobra.ShellCompDirective) {
-		if isWho(c) {
-			return []string{"text", outputWide, "json"}, cobra.ShellCompDirectiveNoFileComp
-		}
-		return []string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp
+	_ = root.RegisterFlagCompletionFunc("output", func(c *cobra.Command, _ []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return outputs(c), cobra.ShellCompDirectiveNoFileComp
 	})
 	_ = root.MarkPersistentFlagFilename("keys", "yaml", "yml")
 
@@ -189,12 +181,17 @@ func strictBuiltins(root *cobra.Command) {
 		switch c.Name() {
 		case "help":
 			c.Args = func(c *cobra.Command, args []string) error {
-				if found, _, err := c.Root().Find(args); found == nil || err != nil {
+				if found, rest, err := c.Root().Find(args); found == nil || err != nil || len(rest) > 0 {
 					return usageErrorf("unknown help topic %q: run leasectl --help for the commands", strings.Join(args, " "))
 				}
 				return nil
 			}
 		case "completion":
+			// Scripts only: -o json would be silently ignored.
+			setOutputs(c, formatText)
+			for _, shell := range c.Commands() {
+				shell.Args = noArgs
+			}
 			c.Args = func(c *cobra.Command, args []string) error {
 				if len(args) > 0 {
 					return usageErrorf("unknown shell %q for %q: use bash, zsh, fish or powershell", args[0], c.CommandPath())
@@ -284,16 +281,27 @@ func (a *App) Color() bool {
 	return a.IO.OutTTY && !a.Global.NoColor && a.Getenv("NO_COLOR") == "" && a.Getenv("TERM") != "dumb"
 }
 
-// errNoArgs is a cobra.PositionalArgs that accepts none, as a usage error.
+// noArgs is a cobra.PositionalArgs that accepts none, as a usage error; for a
+// command with subcommands, an argument is an unknown subcommand.
 func noArgs(c *cobra.Command, args []string) error {
 	if len(args) > 0 && c.HasSubCommands() {
-		return usageErrorf("unknown command %q for %q", args[0], c.CommandPath())
+		var suggest string
+		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+			suggest = fmt.Sprintf("; did you mean %q?", s[0])
+		}
+		return usageErrorf("unknown command %q for %q%s", args[0], c.CommandPath(), suggest)
 	}
 	if len(args) > 0 {
 		return usageErrorf("%q takes no arguments, got %q", c.CommandPath(), args[0])
 	}
 	return nil
 }
+
+// parentRunE is what a parent command (keys, lab) does alone: it prints its
+// help and exits 0, as gh and kubectl do; an unknown subcommand is a usage
+// error (noArgs). Parents are runnable so that cobra checks their Args: a
+// command without RunE prints its help for any argument and exits 0.
+func parentRunE(c *cobra.Command, _ []string) error { return c.Help() }
 
 // maxArgs accepts at most n arguments, as a usage error.
 func maxArgs(n int) cobra.PositionalArgs {

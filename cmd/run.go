@@ -37,6 +37,8 @@ type runOptions struct {
 	LogFormat         string
 	MetricsAddr       string
 	Command           []string
+
+	keyFlag keyFlag
 }
 
 func newRunCmd(app *App) *cobra.Command {
@@ -83,7 +85,7 @@ logs it and keeps trying; it never exits for that. Exit status: CMD's own
 flags, an unknown role, an invalid keys.yaml or DSN, or a CMD that cannot be
 started.
 
-Logs go to stderr (--log-format text or json), one line per state change with
+Logs go to stderr (-o text or -o json), one line per state change with
 role, key and backend_pid. --metrics-addr serves Prometheus metrics at
 /metrics, /readyz (200 while leading or standing by on a primary) and
 /healthz (200 while the lease loop shows signs of life, database outages
@@ -100,7 +102,7 @@ held until it exits, so no other replica leads beside it), and a daemon that
 double-forks escapes. On Windows leasectl run refuses (exit 2); run it in a
 Linux container.`,
 		Example: `  leasectl run --role poller -- ./poller --batch 100
-  leasectl run --role scheduler --log-format json --metrics-addr :9464 -- ./scheduler
+  leasectl run --role scheduler -o json --metrics-addr :9464 -- ./scheduler
   leasectl run --key 1840000042 --restart -- python3 sweep.py`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -110,7 +112,9 @@ Linux container.`,
 		},
 		RunE: func(c *cobra.Command, args []string) error {
 			opts.Command = args
-			opts.keyGiven = c.Flags().Changed("key")
+			opts.keyGiven = opts.keyFlag.set
+			opts.Key = opts.keyFlag.key.ID
+			opts.LogFormat = app.Global.Output
 			if !c.Flags().Changed("heartbeat-timeout") {
 				opts.HeartbeatTimeout = app.Global.Timeout
 			}
@@ -120,17 +124,18 @@ Linux container.`,
 	f := c.Flags()
 	f.SetInterspersed(false) // everything from CMD on belongs to CMD, with or without --
 	f.StringVar(&opts.Role, "role", "", "role whose lease to hold, from keys.yaml")
-	f.Int64Var(&opts.Key, "key", 0, "advisory key to hold instead of a role's")
+	opts.keyFlag = keyFlag{noPairWhy: "a lease holds a bigint key (its stop fence is the two-int4 form of the same 64 bits): give one 64-bit integer"}
+	f.Var(&opts.keyFlag, "key", "advisory key to hold instead of a role's, in decimal or 0x hex")
 	f.DurationVar(&opts.Grace, "grace", lease.DefaultStopTimeout, "time CMD and what it started have after the first signal before SIGKILL")
 	f.BoolVar(&opts.Restart, "restart", false, "when CMD exits, release the lease, stand by and run it again instead of exiting")
 	f.DurationVar(&opts.RetryInterval, "retry-interval", lease.DefaultRetryInterval, "longest wait between reconnect attempts")
 	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", lease.DefaultHeartbeatInterval, "time between the leader's heartbeats (SELECT 1)")
 	f.DurationVar(&opts.HeartbeatTimeout, "heartbeat-timeout", 0, "time limit of each heartbeat (default: --timeout)")
 	f.DurationVar(&opts.TakeoverDelay, "takeover-delay", 0, "hold the lease this long before starting CMD (the stop fence already waits for the old CMD; this covers a server restart, which ends the fence too)")
-	f.StringVar(&opts.LogFormat, "log-format", "text", "log format on stderr: text or json")
+	f.String("log-format", "text", "log format on stderr: text or json")
+	deprecatedAlias(f, "log-format", "output")
 	f.StringVar(&opts.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz for probes, e.g. 127.0.0.1:9464")
 	_ = c.RegisterFlagCompletionFunc("role", completeOneRole(app))
-	_ = c.RegisterFlagCompletionFunc("log-format", cobra.FixedCompletions([]string{"text", "json"}, cobra.ShellCompDirectiveNoFileComp))
 	return c
 }
 
@@ -249,9 +254,6 @@ func roleName(role string, key int64) string {
 func (o *runOptions) validate() error {
 	if (o.Role == "") == !o.keyGiven {
 		return usageErrorf("give exactly one of --role ROLE (from keys.yaml) or --key N")
-	}
-	if o.LogFormat != "text" && o.LogFormat != "json" {
-		return usageErrorf("invalid --log-format %q: use text or json", o.LogFormat)
 	}
 	for _, d := range []struct {
 		name string

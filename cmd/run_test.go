@@ -228,7 +228,8 @@ func TestRunUsageAndInputErrors(t *testing.T) {
 		{"no command", []string{"run", "--role", "poller"}, "needs a command to run"},
 		{"role and key", []string{"run", "--role", "poller", "--key", "5", "--", "true"}, "exactly one of --role"},
 		{"neither", []string{"run", "--", "true"}, "exactly one of --role"},
-		{"log format", []string{"run", "--role", "poller", "--log-format", "xml", "--", "true"}, "invalid --log-format"},
+		{"log format", []string{"run", "--role", "poller", "-o", "xml", "--", "true"}, `invalid -o/--output "xml"`},
+		{"deprecated log format", []string{"run", "--role", "poller", "--log-format", "xml", "--", "true"}, `invalid -o/--output "xml"`},
 		{"grace", []string{"run", "--role", "poller", "--grace", "0s", "--", "true"}, "invalid --grace"},
 		{"unknown role", []string{"run", "--role", "sweeper", "--", "true"}, `role "sweeper" is not in ` + f.keys + " (roles: poller)"},
 		{"missing program", []string{"run", "--role", "poller", "--", "/nonexistent/worker"}, `cannot run "/nonexistent/worker"`},
@@ -260,7 +261,7 @@ func TestRunPassesTheProgramsStatusAndEnvironment(t *testing.T) {
 		if res.Code != status {
 			t.Errorf("program exit %d: leasectl exit %d; stderr:\n%s", status, res.Code, res.Stderr)
 		}
-		if strings.Contains(res.Stderr, "Error:") {
+		if strings.Contains(res.Stderr, "error:") {
 			t.Errorf("an exit status of the program is not leasectl's error:\n%s", res.Stderr)
 		}
 		ev := f.next(leasetest.Start)
@@ -317,7 +318,7 @@ func TestRunKeepsRetryingAnUnreachableDatabase(t *testing.T) {
 func TestRunStepsDownWhenTheSessionIsTerminated(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200005)
 	r := startRun(t, runEnv(f, testLab.DirectDSN()), append([]string{"--role", "poller", "--retry-interval", "50ms", "--grace", "200ms",
-		"--log-format", "json", "--metrics-addr", "127.0.0.1:0", "--"}, f.witnessArgs("-ignore-term")...)...)
+		"-o", "json", "--metrics-addr", "127.0.0.1:0", "--"}, f.witnessArgs("-ignore-term")...)...)
 	first := f.next(leasetest.Start)
 	host, _ := os.Hostname()
 	var app string
@@ -396,7 +397,7 @@ type replica struct {
 
 func (f *runFixture) startReplica(dsn string, flags ...string) *replica {
 	f.t.Helper()
-	args := append(append([]string{"run", "--role", "poller", "--retry-interval", "100ms", "--log-format", "json"}, flags...), "--")
+	args := append(append([]string{"run", "--role", "poller", "--retry-interval", "100ms", "-o", "json"}, flags...), "--")
 	cmd := exec.Command(f.leasectl, append(args, f.witnessArgs()...)...)
 	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+dsn, "LEASECTL_KEYS="+f.keys)
 	r := &replica{cmd: cmd, log: &leasetest.Buffer{}, exited: make(chan struct{})}
@@ -667,7 +668,7 @@ func TestRunGraceIsOneDeadline(t *testing.T) {
 func TestRunWarnsAboutAProxysIdleTimeout(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200040)
 	r := startRun(t, runEnv(f, testLab.HAProxyDSN("idle")), append([]string{"--role", "poller", "--heartbeat-interval", "5s", "--retry-interval", "200ms",
-		"--log-format", "json", "--"}, f.witnessArgs()...)...)
+		"-o", "json", "--"}, f.witnessArgs()...)...)
 	r.stderr.WaitFor(t, "keep ending after the same silence", 1, hang)
 	log := r.stderr.String()
 	checkJSONLog(t, log)

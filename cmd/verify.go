@@ -40,7 +40,7 @@ post-deploy checks. For each role of keys.yaml (or each ROLE named):
   clean_failover    with --failover --yes: move the lease as failover does
                     (ask the leader to step down; terminate it if it does
                     not answer, or at once with --force), and a different
-                    session must take over within --within
+                    session must take over within --wait
   pooler_rejection  with --pooler-dsn: the session-stability probe must
                     refuse that DSN (the pooler workers must not hold leases
                     over)
@@ -55,9 +55,10 @@ check failed (skipped ones were not asked for), 1 otherwise.
 --failover moves every checked role's lease: without --yes it asks on a
 terminal, and with no terminal it exits 2 without doing anything.`,
 		Example: `  leasectl verify                                    # one_leader for every role
-  leasectl verify poller --failover --yes --within 10s
+  leasectl verify poller --failover --yes --wait 10s
   leasectl verify --pooler-dsn "$PGBOUNCER_TX_DSN" -o json
   leasectl verify --lease-dsn "$WORKERS_DSN" --idle 20s`,
+		Args:              cobra.ArbitraryArgs,
 		ValidArgsFunction: completeRoles(app),
 		RunE: func(c *cobra.Command, args []string) error {
 			opts.Roles = args
@@ -68,7 +69,9 @@ terminal, and with no terminal it exits 2 without doing anything.`,
 	f.BoolVar(&opts.Failover, "failover", false, "also fail each role over and time the takeover (needs --yes, or a yes on the terminal)")
 	f.BoolVar(&opts.Force, "force", false, "with --failover: terminate each leader at once instead of asking it to step down")
 	f.BoolVar(&opts.Yes, "yes", false, "confirm --failover without asking")
-	f.DurationVar(&opts.Within, "within", 15*time.Second, "how soon a stand-by must take over in clean_failover")
+	f.DurationVar(&opts.Within, "wait", 15*time.Second, "how long clean_failover waits for a stand-by to take over")
+	f.Duration("within", 15*time.Second, "")
+	deprecatedAlias(f, "within", "wait")
 	f.StringVar(&opts.PoolerDSN, "pooler-dsn", "", "a pooler DSN that the probe must refuse (pooler_rejection)")
 	f.StringVar(&opts.LeaseDSN, "lease-dsn", "", "the DSN the workers hold leases over, which the probe must accept (lease_dsn; default --dsn)")
 	f.DurationVar(&opts.Idle, "idle", 0, "with lease_dsn: keep the probe's session idle this long (a little above the heartbeat interval, e.g. 20s)")
@@ -80,7 +83,7 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 	app := opts.app
 	switch {
 	case opts.Within <= 0:
-		return usageErrorf("invalid --within %s: it must be positive, e.g. 15s", opts.Within)
+		return usageErrorf("invalid --wait %s: it must be positive, e.g. 15s", opts.Within)
 	case opts.Stale <= 0:
 		return usageErrorf("invalid --stale %s: it must be positive, e.g. 45s", opts.Stale)
 	case opts.Idle < 0:
@@ -160,6 +163,7 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 	if err != nil {
 		return err
 	}
+	explainNotAsked(rep)
 	if app.JSON() {
 		err = writeJSON(app.IO.Out, verifyJSONOf(rep, opts.Stale))
 	} else {
@@ -274,4 +278,19 @@ func verifyJSONOf(rep *verify.Report, staleAfter time.Duration) verifyJSON {
 		out.Results = append(out.Results, j)
 	}
 	return out
+}
+
+// explainNotAsked says, for each check skipped because it was not asked
+// for, which flags ask for it.
+func explainNotAsked(rep *verify.Report) {
+	how := map[string]string{
+		verify.CheckCleanFailover:   "--failover --yes moves each role's lease to a stand-by and times the takeover",
+		verify.CheckPoolerRejection: "--pooler-dsn DSN names a pooler the probe must refuse",
+		verify.CheckLeaseDSN:        "--lease-dsn DSN or --idle D probes the DSN the workers hold leases over",
+	}
+	for i, r := range rep.Results {
+		if r.Status == verify.Skip && r.Detail == verify.NotAsked && how[r.Check] != "" {
+			rep.Results[i].Detail = verify.NotAsked + " (" + how[r.Check] + ")"
+		}
+	}
 }

@@ -3,6 +3,7 @@ package cmd
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,7 @@ import (
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // defaultWatchInterval is the redraw interval of a bare --watch.
@@ -54,9 +56,10 @@ is a prepared transaction (ROLLBACK PREPARED releases it).
 Without pg_read_all_stats the server hides other roles' client, session
 start and state: they show as "hidden", with the GRANT that reveals them.
 
---check exits 1 when a requested role has no holder or a stale one, for
-alerts and deploy gates. --watch redraws every INTERVAL (default 2s) until
-Ctrl-C; give the interval as --watch=5s or as a duration argument.
+--check exits 1 when a requested role has no single live leader (no holder,
+a stale one, a shared hold or a prepared transaction), for alerts and
+deploy gates. --watch (-w) redraws every 2s until Ctrl-C; give
+another interval after "=": --watch=5s.
 
 On a terminal the table has the columns ROLE, STATE, PID, APPLICATION and
 LAST ACTIVITY, fitted to its width ($COLUMNS when set); -o wide adds KEY,
@@ -70,6 +73,7 @@ characters escaped (\x1b, \r, \u202e).`,
   leasectl who --watch               # follow a failover live
   leasectl who -o wide               # every column: KEY, USER, CLIENT, CONNECTED too
   leasectl who -o json | jq '.leases[] | select(.state == "FREE") | .role'`,
+		Args:              cobra.ArbitraryArgs,
 		ValidArgsFunction: completeRoles(app),
 		RunE: func(c *cobra.Command, args []string) error {
 			opts.Args = args
@@ -77,23 +81,31 @@ characters escaped (\x1b, \r, \u202e).`,
 		},
 	}
 	c.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
-		if m := negativeKey.FindStringSubmatch(err.Error()); m != nil {
-			return usageErrorf("%v: a negative key looks like a flag; put keys after --: leasectl who -- %s", err, m[1])
+		var unknown *pflag.NotExistError
+		if !errors.As(err, &unknown) {
+			return flagError(c, err)
 		}
-		return &UsageError{Err: err}
+		switch sn := unknown.GetSpecifiedShortnames(); {
+		case slices.Contains(app.args, "-w"+sn):
+			// -w5s: pflag reads 5 and s as more shorthand flags.
+			return usageErrorf("-w%s: write the interval after \"=\": -w=%s", sn, sn)
+		case negativeKey.MatchString(sn):
+			return usageErrorf("%v: a negative key looks like a flag; put keys after --: leasectl who -- -%s", err, sn)
+		}
+		return flagError(c, err)
 	})
 	f := c.Flags()
 	f.BoolVar(&opts.All, "all", false, "also show advisory locks whose keys are in no role of keys.yaml")
 	f.DurationVar(&opts.Stale, "stale", 45*time.Second, "flag a holder idle for longer than this as STALE (three missed 15s heartbeats)")
 	f.BoolVar(&opts.Check, "check", false, "exit 1 when a requested role has no holder or a stale one")
-	f.DurationVar(&opts.Watch, "watch", 0, "redraw every INTERVAL until Ctrl-C (--watch, --watch=5s)")
+	f.DurationVarP(&opts.Watch, "watch", "w", 0, "redraw until Ctrl-C, every 2s or every `INTERVAL` given after \"=\" (--watch=5s, -w=5s)")
 	f.Lookup("watch").NoOptDefVal = defaultWatchInterval.String()
 	return c
 }
 
-// negativeKey finds the argument of pflag's "unknown shorthand flag: '1' in
-// -1" when a negative key was taken for flags.
-var negativeKey = regexp.MustCompile(`unknown shorthand flag: '\d' in (-\d[\d,-]*)$`)
+// negativeKey matches the shorthands of an unknown flag that is a negative
+// key (-1, -1,-2) taken for flags.
+var negativeKey = regexp.MustCompile(`^\d[\d,-]*$`)
 
 // whoSelection is what the arguments asked for.
 type whoSelection struct {
@@ -102,6 +114,9 @@ type whoSelection struct {
 }
 
 func runWho(ctx context.Context, opts *whoOptions, watchGiven bool) error {
+	if err := checkWatchArg(opts.app.args); err != nil {
+		return err
+	}
 	sel, err := opts.parse(watchGiven)
 	if err != nil {
 		return err
@@ -130,9 +145,6 @@ func runWho(ctx context.Context, opts *whoOptions, watchGiven bool) error {
 // parse checks the flags and resolves the arguments: what to show, before
 // anything connects.
 func (opts *whoOptions) parse(watchGiven bool) (whoSelection, error) {
-	if err := opts.takeWatchInterval(watchGiven); err != nil {
-		return whoSelection{}, err
-	}
 	switch {
 	case opts.Stale <= 0:
 		return whoSelection{}, usageErrorf("invalid --stale %s: it must be positive, e.g. 45s", opts.Stale)
@@ -144,44 +156,35 @@ func (opts *whoOptions) parse(watchGiven bool) (whoSelection, error) {
 	return opts.selection()
 }
 
-// takeWatchInterval lets `--watch 5s` mean `--watch=5s`: a flag with an
-// optional value only takes it after "=", so the interval arrives as an
-// argument. Role names win over durations.
-func (opts *whoOptions) takeWatchInterval(watchGiven bool) error {
-	if !watchGiven {
-		return nil
-	}
-	var roles *keys.File
-	var rest []string
-	taken := false
-	for _, a := range opts.Args {
-		d, err := time.ParseDuration(a)
-		if err != nil || isInteger(a) {
-			rest = append(rest, a)
+// checkWatchArg refuses `--watch 5` and `--watch 5s`: --watch takes its
+// interval only after "=" (--watch=5s), so the word after a bare --watch is
+// an argument, and a number there would silently be the key 5 watched every
+// 2s. args is the whole command line.
+func checkWatchArg(args []string) error {
+	for i, a := range args {
+		if a == "--" {
+			return nil
+		}
+		if (a != "--watch" && a != "-w") || i+1 >= len(args) {
 			continue
 		}
-		if roles == nil {
-			roles, _ = opts.app.LoadKeys()
+		next := args[i+1]
+		_, durErr := time.ParseDuration(next)
+		switch {
+		case isNumber(next):
+			return usageErrorf("%s %s is ambiguous: write %s=%ss to redraw every %s seconds, or put the key first to watch key %s (leasectl who %s %s)",
+				a, next, a, next, next, next, next, a)
+		case durErr == nil:
+			return usageErrorf("%s takes its interval after \"=\": write %s=%s", a, a, next)
 		}
-		if roles != nil {
-			if _, ok := roles.Role(a); ok {
-				rest = append(rest, a)
-				continue
-			}
-		}
-		if taken {
-			return usageErrorf("two --watch intervals given (%s and %s)", opts.Watch, a)
-		}
-		opts.Watch, taken = d, true
 	}
-	opts.Args = rest
 	return nil
 }
 
-func isInteger(s string) bool {
-	_, err := strconv.ParseInt(s, 10, 64)
-	return err == nil
-}
+var numberRe = regexp.MustCompile(`^[0-9]+(\.[0-9]*)?$`)
+
+// isNumber reports whether s is a plain non-negative number (5, 0.5).
+func isNumber(s string) bool { return numberRe.MatchString(s) }
 
 // selection resolves the arguments against keys.yaml. The file may be
 // missing (not invalid) when only keys or --all are asked for and no keys

@@ -157,6 +157,13 @@ func TestWhoKeysAtTheEdgesOfTheEncoding(t *testing.T) {
 	for _, k := range args {
 		row(t, all.Stdout, "-", k, "HELD", pid)
 	}
+	// In 0x hex, as keys.yaml and the --key flags take keys.
+	hex := who(t, whoKeys(t), "0x100000005", "0x7fffffffffffffff")
+	if hex.Code != 0 {
+		t.Fatalf("hex keys: exit %d: %s", hex.Code, hex.Stderr)
+	}
+	row(t, hex.Stdout, "-", strconv.FormatInt(1<<32+5, 10), "HELD", pid)
+	row(t, hex.Stdout, "-", strconv.FormatInt(math.MaxInt64, 10), "HELD", pid)
 }
 
 func TestWhoIgnoresLocksOfOtherDatabases(t *testing.T) {
@@ -249,7 +256,7 @@ func TestWhoCheckFailsWithoutHolder(t *testing.T) {
 		t.Fatalf("scheduler and reconciler unheld: exit %d, want 1", res.Code)
 	}
 	if !strings.Contains(res.Stderr, "scheduler has no holder") || !strings.Contains(res.Stderr, "reconciler has no holder") ||
-		strings.Contains(res.Stderr, "poller") || strings.Contains(res.Stderr, "Usage:") {
+		strings.Contains(res.Stderr, "poller") || strings.Contains(res.Stderr, "for usage.") {
 		t.Errorf("stderr: %q", res.Stderr)
 	}
 	row(t, res.Stdout, "poller", "HELD")
@@ -417,7 +424,7 @@ func TestWhoInputErrors(t *testing.T) {
 		{"--watch=1ms"},
 		{"--bogus"},
 	} {
-		if res := who(t, keysPath, args...); res.Code != ExitUsage || !strings.Contains(res.Stderr, "Error: ") {
+		if res := who(t, keysPath, args...); res.Code != ExitUsage || !strings.HasPrefix(res.Stderr, "error: ") {
 			t.Errorf("%v: exit %d, stderr %q; want 2", args, res.Code, res.Stderr)
 		}
 	}
@@ -533,7 +540,7 @@ func TestWhoWatch(t *testing.T) {
 
 	// On a terminal each frame clears the screen and redraws in place; the
 	// interval may also follow the flag as an argument.
-	out, code = watch(t, true, 2, "--watch", "100ms", "poller")
+	out, code = watch(t, true, 2, "-w=100ms", "poller")
 	if code != 0 || strings.Count(out, "\x1b[H\x1b[2J") != 2 || strings.Contains(out, "\n--- ") || !strings.Contains(out, "Ctrl-C") {
 		t.Errorf("terminal --watch: exit %d:\n%q", code, out)
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/leasectl/leasectl/locks"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -313,19 +314,19 @@ func parseKey(v *yaml.Node) (int64, error) {
 	case v.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) != 0 && !explicitInt:
 		return 0, fmt.Errorf("the key is the quoted string %q; write the integer without quotes so that every reader sees a number", v.Value)
 	case isDecimal(v.Value):
-		key, err := strconv.ParseInt(v.Value, 10, 64)
+		key, err := locks.ParseBigint(v.Value)
 		if err != nil {
 			return 0, fmt.Errorf("%s is outside the int64 range; %s", v.Value, rangeHint)
 		}
 		return key, nil
 	case isHex(v.Value):
-		u, err := strconv.ParseUint(v.Value[2:], 16, 64)
-		if err != nil || u > 1<<63-1 {
+		key, err := locks.ParseBigint(v.Value)
+		if err != nil {
 			// 0x8000000000000000 and above wrap to a negative key in some
 			// readers and fail in others: write negative keys in decimal.
 			return 0, fmt.Errorf("%s is outside the int64 range (at most 0x7fffffffffffffff; write negative keys in decimal); %s", v.Value, rangeHint)
 		}
-		return int64(u), nil
+		return key, nil
 	case isAmbiguousInt(v.Value):
 		return 0, fmt.Errorf("%s is read as different numbers (or as a string) by different YAML readers: leading zeros, 0o, 0b, 0X and '_' are not portable; write it in plain decimal, or as 0x hex", v.Value)
 	case v.Tag == "!!bool":

@@ -36,7 +36,7 @@ type GitError struct {
 
 func (e *GitError) Error() string {
 	if errors.Is(e.Err, exec.ErrNotFound) {
-		return "git is not installed, and keys diff needs it to read the base version (apt-get install git), or pass --base-file PATH"
+		return "git is not installed, and reading the base version from git needs it (apt-get install git)"
 	}
 	msg := fmt.Sprintf("git %s: %v", strings.Join(e.Args, " "), e.Err)
 	if e.Stderr != "" {
@@ -53,7 +53,7 @@ type NotRepoError struct {
 }
 
 func (e *NotRepoError) Error() string {
-	return fmt.Sprintf("%s is not inside a git repository, so there is no earlier version to compare with: run keys diff in a clone, or pass --base-file PATH", e.Path)
+	return fmt.Sprintf("%s is not inside a git repository, so git has no earlier version of it to compare with", e.Path)
 }
 
 // RefNotFoundError reports a ref that does not name a commit.
@@ -77,7 +77,7 @@ func (e *NotAtRefError) Error() string {
 	if e.Tree {
 		return fmt.Sprintf("%s is a directory at %s, not a keys file", e.Path, e.Ref)
 	}
-	return fmt.Sprintf("%s does not exist at %s: check the path (relative to the repository root) and the ref; if this file is new since %s, pass --allow-missing-base", e.Path, e.Ref, e.Ref)
+	return fmt.Sprintf("%s does not exist at %s: check the path (relative to the repository root) and the ref", e.Path, e.Ref)
 }
 
 // NoBaseError reports that no tag is reachable from HEAD, so there is no
@@ -92,7 +92,7 @@ func (e *NoBaseError) Error() string {
 	if e.OnlyHead {
 		what = "no tag is reachable from HEAD except one on HEAD itself"
 	}
-	return what + ", so there is no previous release to compare with: pass --base REF, or --allow-missing-base for the first release (in CI, fetch tags: actions/checkout with fetch-depth: 0)"
+	return what + ", so there is no previous release to compare with (in CI, fetch tags: actions/checkout with fetch-depth: 0)"
 }
 
 // ShallowError reports a shallow clone (actions/checkout fetches a single
@@ -111,7 +111,7 @@ func (e *ShallowError) Error() string {
 	if e.Ref != "" {
 		what = fmt.Sprintf("git ref %q is not in the history that was fetched", e.Ref)
 	}
-	return "this repository is a shallow clone, so " + what + ": fetch the full history and tags (GitHub Actions: actions/checkout with fetch-depth: 0; elsewhere: git fetch --unshallow --tags), or pass --base-file PATH"
+	return "this repository is a shallow clone, so " + what + ": fetch the full history and tags (GitHub Actions: actions/checkout with fetch-depth: 0; elsewhere: git fetch --unshallow --tags)"
 }
 
 // IsMissingBase reports whether err means there is no base version at all:

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leasectl/leasectl/errkind"
 	"github.com/leasectl/leasectl/internal/gittest"
 )
 
@@ -91,8 +92,11 @@ func TestGitErrors(t *testing.T) {
 	if !errors.As(err, &notAt) || notAt.Path != "other/keys.yaml" || !IsMissingBase(err) {
 		t.Errorf("file absent at the ref: %T %v", err, err)
 	}
-	if !strings.Contains(err.Error(), "--allow-missing-base") {
-		t.Errorf("the error does not say what to do: %v", err)
+	if !strings.Contains(err.Error(), "check the path") || strings.Contains(err.Error(), "--") {
+		t.Errorf("the error does not say what to check, or names a command-line flag (the command adds those): %v", err)
+	}
+	if !errors.Is(err, errkind.Input) {
+		t.Errorf("a file absent at the ref is not of kind Input: %v", err)
 	}
 
 	noTags := gittest.New(t)

@@ -87,7 +87,7 @@ type NotFoundError struct {
 }
 
 func (e *NotFoundError) Error() string {
-	return fmt.Sprintf("keys file %s not found (pass --keys FILE or set LEASECTL_KEYS)", e.Path)
+	return fmt.Sprintf("keys file %s not found", e.Path)
 }
 
 // Role returns the active role called name.

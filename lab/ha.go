@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/errkind"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -184,7 +185,7 @@ const haPorts = 6
 
 // ErrNoHA is returned by the HA operations of a lab started without
 // Options.HA.
-var ErrNoHA = errors.New("this lab has no HA mode (start one with: leasectl lab up --ha, or lab.Options{HA: &lab.HASpec{}})")
+var ErrNoHA = errkind.New(errkind.Input, "this lab has no HA mode (start one with Options.HA set)")
 
 // withDefaults returns s with its zero fields set to the defaults.
 func (s HASpec) withDefaults() HASpec {

@@ -22,6 +22,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/leasectl/leasectl/errkind"
 )
 
 // PoolMode is a PgBouncer pool_mode.
@@ -176,17 +178,17 @@ type credential struct{ uid, gid int }
 const stateFile = "lab.json"
 
 // ErrNoLab is returned by [Load] when no lab state exists in a directory.
-var ErrNoLab = errors.New("no lab here")
+var ErrNoLab = errkind.New(errkind.Input, "no lab here")
 
 // ErrUnsupported is returned by [Start] and [Load] on a system where the
 // lab cannot run: see [Support].
-var ErrUnsupported = errors.New("the lab needs Linux or macOS (PostgreSQL and PgBouncer started as local processes)")
+var ErrUnsupported = errkind.New(errkind.Input, "the lab needs Linux or macOS (PostgreSQL and PgBouncer started as local processes)")
 
 // AlreadyRunningError is returned by Start when Dir holds a live lab.
 type AlreadyRunningError struct{ Dir string }
 
 func (e *AlreadyRunningError) Error() string {
-	return fmt.Sprintf("a lab is already running in %s (use it, or stop it first: leasectl lab down --dir %s)", e.Dir, e.Dir)
+	return fmt.Sprintf("a lab is already running in %s", e.Dir)
 }
 
 // DefaultDir is the state directory of `leasectl lab` when --dir is not
@@ -343,7 +345,7 @@ func Load(dir string) (*Lab, error) {
 	}
 	data, err := os.ReadFile(filepath.Join(dir, stateFile))
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
-		return nil, fmt.Errorf("%w: no %s in %s (start one with: leasectl lab up)", ErrNoLab, stateFile, dir)
+		return nil, fmt.Errorf("%w: no %s in %s", ErrNoLab, stateFile, dir)
 	}
 	if err != nil {
 		return nil, err
@@ -351,7 +353,7 @@ func Load(dir string) (*Lab, error) {
 	l := &Lab{}
 	if err := json.Unmarshal(data, l); err != nil {
 		// Not a lab's state: nothing here can be stopped or used.
-		return nil, fmt.Errorf("%w: %s is not a lab's state file (%v); pass the --dir of a lab, or remove the file and start one with: leasectl lab up",
+		return nil, fmt.Errorf("%w: %s is not a lab's state file (%v); name the directory of a lab, or remove the file and start one there",
 			ErrNoLab, filepath.Join(dir, stateFile), err)
 	}
 	l.log = io.Discard

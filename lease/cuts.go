@@ -50,7 +50,7 @@ func (c *idleCuts) note(log *slog.Logger, silence time.Duration, err error, hear
 		return // said so already
 	}
 	c.warned = about
-	log.Warn("lease sessions keep ending after the same silence: a proxy or load balancer between here and the server probably closes idle connections (HAProxy timeout client/server, a cloud load balancer's idle timeout); set its idle timeout above the heartbeat interval, or --heartbeat-interval below it (leasectl probe --idle tells)",
+	log.Warn("lease sessions keep ending after the same silence: a proxy or load balancer between here and the server probably closes idle connections (HAProxy timeout client/server, a cloud load balancer's idle timeout); set its idle timeout above the heartbeat interval, or the heartbeat interval below it (a probe with an idle time tells)",
 		"silence", about, "times", len(c.last), "heartbeat_interval", heartbeat)
 }
 

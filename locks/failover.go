@@ -306,7 +306,7 @@ func (t *Target) resign(ctx context.Context, conn *pgx.Conn, o FailoverOptions, 
 		case held && rs.Released:
 			return Takeover{}, fmt.Errorf("%w: pid %d stepped down, but no other session was waiting, and it took the key back", ErrNoTakeover, t.Holder.PID)
 		case !rs.Released && !seen.Before(releaseBy):
-			return Takeover{}, fmt.Errorf("%w: pid %d answered, but still held the key %s after the request (its announced stop time plus --timeout)", ErrNoResignAnswer, t.Holder.PID, releaseBy.Sub(rs.Sent).Round(time.Millisecond))
+			return Takeover{}, fmt.Errorf("%w: pid %d answered, but still held the key %s after the request (its announced stop time plus the terminate timeout)", ErrNoResignAnswer, t.Holder.PID, releaseBy.Sub(rs.Sent).Round(time.Millisecond))
 		case rs.Released && !seen.Before(takeoverBy):
 			return Takeover{}, fmt.Errorf("key %s: %w within %s of pid %d stepping down", t.Locks.Key, ErrNoTakeover, o.Wait, t.Holder.PID)
 		}

@@ -2,6 +2,7 @@ package locks
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -73,21 +74,78 @@ func (k Key) String() string {
 	return strconv.FormatInt(k.ID, 10)
 }
 
-// ParseKey parses "k" (a bigint key, decimal) or "k1,k2" (a two-int4 key).
+// ParseKey parses a key as leasectl reads it on the command line: "k" (a
+// bigint key, spelled as [ParseBigint] reads it) or "k1,k2" (a two-int4
+// key, each half in decimal or 0x hex within the int4 range).
 func ParseKey(s string) (Key, error) {
 	if a, b, ok := strings.Cut(s, ","); ok {
-		k1, err1 := strconv.ParseInt(strings.TrimSpace(a), 10, 32)
-		k2, err2 := strconv.ParseInt(strings.TrimSpace(b), 10, 32)
-		if err1 != nil || err2 != nil {
+		k1, err1 := ParseBigint(strings.TrimSpace(a))
+		k2, err2 := ParseBigint(strings.TrimSpace(b))
+		if err1 != nil || err2 != nil || int64(int32(k1)) != k1 || int64(int32(k2)) != k2 {
 			return Key{}, fmt.Errorf("%q is not a two-int4 key: use k1,k2 with both in the int4 range", s)
 		}
 		return PairOf(int32(k1), int32(k2)), nil
 	}
-	k, err := strconv.ParseInt(s, 10, 64)
+	k, err := ParseBigint(s)
 	if err != nil {
-		return Key{}, fmt.Errorf("%q is not a 64-bit integer key", s)
+		return Key{}, err
 	}
 	return BigintKey(k), nil
+}
+
+// ParseBigint parses a bigint advisory key. It is the one spelling rule of
+// the keys leasectl reads, on the command line and in keys.yaml: an int64
+// in plain decimal (1840000001, -42) or in 0x hex (0x6d6b000000000001, at
+// most 0x7fffffffffffffff; negative keys are written in decimal). Other
+// spellings (017, 0o17, 0b101, 1_000, 0X1F) are refused: YAML readers and
+// people disagree on what number they are.
+func ParseBigint(s string) (int64, error) {
+	switch {
+	case isDecimalKey(s):
+		if k, err := strconv.ParseInt(s, 10, 64); err == nil {
+			return k, nil
+		}
+	case isHexKey(s):
+		if u, err := strconv.ParseUint(s[2:], 16, 64); err == nil && u <= math.MaxInt64 {
+			return int64(u), nil
+		}
+	default:
+		return 0, fmt.Errorf("%q is not a key: write a 64-bit integer in decimal (1840000001, -42) or in 0x hex (0x6d6b000000000001)", s)
+	}
+	return 0, fmt.Errorf("%q is outside the range of a 64-bit key (-9223372036854775808 to 9223372036854775807, or 0x7fffffffffffffff in hex; write negative keys in decimal)", s)
+}
+
+// isDecimalKey reports whether s is an optional sign and a decimal integer
+// without leading zeros (^[-+]?(0|[1-9][0-9]*)$), checked by hand rather
+// than with a regular expression compiled at start-up.
+func isDecimalKey(s string) bool {
+	if s != "" && (s[0] == '-' || s[0] == '+') {
+		s = s[1:]
+	}
+	if s == "" || (s[0] == '0' && len(s) > 1) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// isHexKey reports whether s is 0x and at least one hex digit
+// (^0x[0-9a-fA-F]+$).
+func isHexKey(s string) bool {
+	if len(s) < 3 || s[:2] != "0x" {
+		return false
+	}
+	for i := 2; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // DefaultProbeKey is the advisory key `leasectl probe` takes by default:

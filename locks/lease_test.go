@@ -19,6 +19,17 @@ func TestParseKey(t *testing.T) {
 		{"1,x", Key{}, false},
 		{"poller", Key{}, false},
 		{"9223372036854775808", Key{}, false},
+		{"0x6d6b000000000001", BigintKey(0x6d6b000000000001), true},
+		{"0x7fffffffffffffff", BigintKey(1<<63 - 1), true},
+		{"0x8000000000000000", Key{}, false},
+		{"+7", BigintKey(7), true},
+		{"0x1,0x2", PairOf(1, 2), true},
+		{"017", Key{}, false},
+		{"0o17", Key{}, false},
+		{"0b101", Key{}, false},
+		{"1_000", Key{}, false},
+		{"0X1F", Key{}, false},
+		{"", Key{}, false},
 	} {
 		got, err := ParseKey(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {

@@ -3,11 +3,11 @@ package locks
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/errkind"
 )
 
 // A graceful handover: `leasectl failover` asks the leader to step down
@@ -88,4 +88,4 @@ func Notify(ctx context.Context, q Querier, channel string, v any) error {
 
 // ErrNoResignAnswer means the leader did not answer a request to step down
 // in time: it runs a leasectl without graceful handover, or it is hung.
-var ErrNoResignAnswer = errors.New("the leader did not answer the request to step down")
+var ErrNoResignAnswer = errkind.New(errkind.CheckFailed, "the leader did not answer the request to step down")

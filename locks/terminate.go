@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/leasectl/leasectl/errkind"
 )
 
 // The ways a forced failover can refuse or fail; each is wrapped with the
@@ -17,22 +18,22 @@ var (
 	// ErrHolderChanged means the session that was looked up no longer held
 	// the key when the termination statement ran (it released the key, or
 	// exited and its pid may have been reused): nothing was terminated.
-	ErrHolderChanged = errors.New("the holder changed since it was looked up: nothing was terminated")
+	ErrHolderChanged = errkind.New(errkind.CheckFailed, "the holder changed since it was looked up: nothing was terminated")
 	// ErrNoHolder means nobody holds the key: there is nothing to fail over.
-	ErrNoHolder = errors.New("nothing to fail over")
+	ErrNoHolder = errkind.New(errkind.CheckFailed, "nothing to fail over")
 	// ErrNotALease means the key is held in a way no lease holds it: by a
 	// prepared transaction (no backend to terminate) or by several sessions
 	// in shared mode.
-	ErrNotALease = errors.New("not a lease")
+	ErrNotALease = errkind.New(errkind.CheckFailed, "not a lease")
 	// ErrStandby means the server is a standby: its advisory locks are its
 	// own, and terminating a backend there fences nothing on the primary.
-	ErrStandby = errors.New("the server is a standby")
+	ErrStandby = errkind.New(errkind.Input, "the server is a standby")
 	// ErrOwnSession means the holder is the very backend the termination
 	// would run on: through a transaction pooler, leasectl was lent the
 	// server connection that holds the key.
-	ErrOwnSession = errors.New("the holder is this connection's own backend")
+	ErrOwnSession = errkind.New(errkind.Input, "the holder is this connection's own backend")
 	// ErrNoTakeover means no other session took the key within the wait.
-	ErrNoTakeover = errors.New("no stand-by took over")
+	ErrNoTakeover = errkind.New(errkind.CheckFailed, "no stand-by took over")
 )
 
 // PermissionError reports that the server refused to terminate the holder

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/errkind"
 	"github.com/leasectl/leasectl/locks"
 )
 
@@ -217,7 +218,7 @@ func Decide(checks []Check, strict bool) (Verdict, Cause) {
 
 // ErrInterrupted is returned, wrapping the context's error, when the probe
 // was cancelled before it reached a verdict. It cleaned up regardless.
-var ErrInterrupted = errors.New("probe interrupted: no verdict")
+var ErrInterrupted = errkind.New(errkind.Interrupted, "probe interrupted: no verdict")
 
 // Run probes opts.ConnConfig. It returns an error only when the DSN cannot
 // be used at all (the first connection fails: a *dbconn.ConnectError), when

@@ -176,12 +176,18 @@ main() {
   "$leasectl" --version
   [ -n "${GITHUB_PATH:-}" ] && echo "$dir" >>"$GITHUB_PATH"
 
+  # -o github-actions; releases before it show --format in their help, and
+  # know only that name.
+  local format=(-o github-actions)
+  if "$leasectl" keys lint --help 2>/dev/null | grep -q -- '--format'; then
+    format=(--format github-actions)
+  fi
   local rc=0
-  "$leasectl" keys lint "$keys" --format github-actions || rc=$?
+  "$leasectl" keys lint "$keys" "${format[@]}" || rc=$?
   if [ "$rc" -ne 0 ]; then
     exit "$rc" # keys diff would report the same problems again
   fi
-  local args=(keys diff "$keys" --format github-actions)
+  local args=(keys diff "$keys" "${format[@]}")
   [ -n "$base" ] && args+=(--base "$base")
   [ "$allow" = true ] && args+=(--allow-missing-base)
   "$leasectl" "${args[@]}" || rc=$?

@@ -86,6 +86,11 @@ type Options struct {
 	Timeout time.Duration
 }
 
+// NotAsked is the Detail of a check skipped because Options did not ask for
+// it (no Failover, PoolerConfig or LeaseConfig). A caller may replace it
+// with how to ask for the check in its own terms.
+const NotAsked = "not asked for"
+
 // Report is the outcome of every check.
 type Report struct {
 	// Server is the server the roles were checked on.
@@ -161,7 +166,7 @@ func Run(ctx context.Context, conn *pgx.Conn, o Options) (*Report, error) {
 func leaseDSN(ctx context.Context, o Options) Result {
 	r := Result{Check: CheckLeaseDSN, Status: Skip}
 	if o.LeaseConfig == nil {
-		r.Detail = "no --lease-dsn or --idle given"
+		r.Detail = NotAsked
 		return r
 	}
 	r.Status = Fail
@@ -224,7 +229,7 @@ func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.RoleL
 	r := Result{Check: CheckCleanFailover, Role: l.Role, Key: l.Key, Status: Skip}
 	switch {
 	case !o.Failover:
-		r.Detail = "not asked for (--failover --yes moves each role's lease to a stand-by and times the takeover)"
+		r.Detail = NotAsked
 		return r
 	case leader.Status != Pass:
 		r.Detail = "no single live leader to fail over"
@@ -272,7 +277,7 @@ func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.RoleL
 func poolerRejection(ctx context.Context, o Options) Result {
 	r := Result{Check: CheckPoolerRejection, Status: Skip}
 	if o.PoolerConfig == nil {
-		r.Detail = "no --pooler-dsn given"
+		r.Detail = NotAsked
 		return r
 	}
 	r.Status = Fail

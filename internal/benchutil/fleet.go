@@ -93,10 +93,10 @@ type Replica struct {
 // replica-PID.log.
 var LogDir string
 
-// StartReplica runs `leasectl run --role ROLE --log-format json -- sh -c
+// StartReplica runs `leasectl run --role ROLE -o json -- sh -c
 // ChildScript FIFO` with env added to this process's environment.
 func StartReplica(leasectl, role string, fifo *FIFO, env ...string) (*Replica, error) {
-	cmd := exec.Command(leasectl, "run", "--role", role, "--log-format", "json", "--", "sh", "-c", ChildScript, fifo.Path)
+	cmd := exec.Command(leasectl, "run", "--role", role, "-o", "json", "--", "sh", "-c", ChildScript, fifo.Path)
 	cmd.Env = append(os.Environ(), env...)
 	r := &Replica{Cmd: cmd, seen: make(chan struct{}, 1), Exited: make(chan struct{})}
 	stderr, w := io.Pipe()

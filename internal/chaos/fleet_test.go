@@ -237,7 +237,7 @@ func (h *harness) newFleet(t *testing.T, flags ...string) *fleet {
 // finding an overlap, so that every overlap is counted.
 func (f *fleet) start(k kind, dsn string, ns *Netns) *replica {
 	f.t.Helper()
-	args := append([]string{"run", "--role", role, "--log-format", "json", "--restart"}, f.flags...)
+	args := append([]string{"run", "--role", role, "-o", "json", "--restart"}, f.flags...)
 	args = append(append(args, "--", f.h.witness, "-lock", f.h.lock, "-notify", f.h.listener.Path), f.witnessFlags...)
 	var cmd *exec.Cmd
 	if k == partitioned {

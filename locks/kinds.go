@@ -1,0 +1,7 @@
+package locks
+
+import "github.com/leasectl/leasectl/errkind"
+
+// Is makes a PermissionError of kind errkind.Unavailable: the server
+// refused the request.
+func (e *PermissionError) Is(target error) bool { return target == errkind.Unavailable }
