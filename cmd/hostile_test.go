@@ -520,7 +520,7 @@ func TestHostileFlagsAndCommands(t *testing.T) {
 		{[]string{"run", "--role", "poller"}, "needs a command to run after --"},
 		{[]string{"--timeout", "soon", "who"}, `invalid argument "soon" for "--timeout"`},
 		{[]string{"--timeout", "-1s", "who"}, "invalid --timeout -1s: it must be positive"},
-		{[]string{"-o", "yaml", "who"}, `invalid -o/--output "yaml": use text or json`},
+		{[]string{"-o", "yaml", "who"}, `invalid -o/--output "yaml": use text, wide or json`},
 	} {
 		args := append([]string{"--dsn", dsn, "--keys", keysFile}, tc.args...)
 		expect{code: ExitUsage, says: []string{tc.says}, usage: true}.check(t, args, runBounded(t, nil, args...))

@@ -100,6 +100,7 @@ characters escaped (\x1b, \r, \u202e).`,
 	f.BoolVar(&opts.Check, "check", false, "exit 1 when a requested role has no holder or a stale one")
 	f.DurationVarP(&opts.Watch, "watch", "w", 0, "redraw until Ctrl-C, every 2s or every `INTERVAL` given after \"=\" (--watch=5s, -w=5s)")
 	f.Lookup("watch").NoOptDefVal = defaultWatchInterval.String()
+	setOutputs(c, formatText, outputWide, formatJSON)
 	return c
 }
 
@@ -308,11 +309,6 @@ func whoLayoutOf(app *App) whoLayout {
 
 // outputWide is who's -o wide: text with every column.
 const outputWide = "wide"
-
-// isWho reports whether c is leasectl who, the one command with -o wide.
-func isWho(c *cobra.Command) bool {
-	return c.Name() == "who" && c.HasParent() && !c.Parent().HasParent()
-}
 
 // whoColumns are the columns of who's table with -o wide, and when stdout
 // is not a terminal; whoNarrowColumns those on a terminal, which fit in 80
