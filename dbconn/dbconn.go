@@ -261,7 +261,6 @@ func parseReason(err error) string {
 	return withoutFragments(msg)
 }
 
-
 var (
 	kvNoEquals  = regexp.MustCompile(`missing "=" after ".*" in connection info string|invalid keyword/value`)
 	kvUnclosed  = regexp.MustCompile(`unterminated quoted string in connection info string`)
