@@ -10,35 +10,15 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-)
 
-// fragments returns the pieces of secret of at least three characters, with
-// a letter in them, that out shows although rest (the DSN without the
-// password) does not contain them. A piece without a letter (": /", say)
-// cannot be told from leasectl's own punctuation.
-func fragments(out, secret, rest string) []string {
-	var found []string
-	seen := map[string]bool{}
-	for i := 0; i < len(secret); i++ {
-		for j := i + 3; j <= len(secret); j++ {
-			f := secret[i:j]
-			if seen[f] || !strings.ContainsAny(f, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") || strings.Contains(rest, f) {
-				continue
-			}
-			seen[f] = true
-			if strings.Contains(out, f) {
-				found = append(found, f)
-			}
-		}
-	}
-	return found
-}
+	"github.com/leasectl/leasectl/internal/pwtest"
+)
 
 // noFragments fails when out shows any piece of secret that the rest of the
 // DSN does not also contain.
 func noFragments(t *testing.T, what, out, secret, rest string) {
 	t.Helper()
-	if f := fragments(out, secret, rest); len(f) > 0 {
+	if f := pwtest.Fragments(out, secret, rest); len(f) > 0 {
 		t.Errorf("%s shows pieces %q of the password %q:\n%s", what, f, secret, out)
 	}
 }
@@ -120,38 +100,18 @@ func TestRunRetryLogsShowNoPassword(t *testing.T) {
 	keysFile := hostileKeys(t)
 	port := closedPort(t)
 	for _, pw := range fieldPasswords {
-		escaped := libpqEscape(pw)
+		escaped := pwtest.URLEscape(pw)
 		for _, dsn := range []string{
 			fmt.Sprintf("postgres://app:%s@127.0.0.1:%d/app?sslmode=disable", escaped, port),
-			fmt.Sprintf("host=127.0.0.1 port=%d user=app password='%s' sslmode=disable", port, kvEscape(pw)),
+			fmt.Sprintf("host=127.0.0.1 port=%d user=app password='%s' sslmode=disable", port, pwtest.KVEscape(pw)),
 		} {
 			for _, format := range []string{"text", "json"} {
 				args := []string{"--timeout", "1s", "--dsn", dsn, "--keys", keysFile, "run", "--role", "poller", "--retry-interval", "50ms", "--log-format", format, "--", "true"}
 				out := runKeepsTrying(t, args, "cannot connect; retrying", "connection refused")
-				rest := strings.Replace(strings.Replace(dsn, escaped, "", 1), kvEscape(pw), "", 1)
+				rest := strings.Replace(strings.Replace(dsn, escaped, "", 1), pwtest.KVEscape(pw), "", 1)
 				noFragments(t, "leasectl run's log", out, pw, rest)
 				noFragments(t, "leasectl run's log", out, escaped, rest)
 			}
 		}
 	}
-}
-
-// libpqEscape percent-encodes every byte of s but the unreserved ones, as
-// a password in a URL DSN must be written.
-func libpqEscape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-._~", c) >= 0 {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String()
-}
-
-// kvEscape escapes s for a single-quoted key=value value.
-func kvEscape(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s)
 }

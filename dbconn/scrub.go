@@ -43,6 +43,9 @@ var (
 	// kvPasswordKey finds password= and sslpassword= in key=value form
 	// (libpq's keywords are case-sensitive; matching any case is safe).
 	kvPasswordKey = regexp.MustCompile(`(?i)(?:ssl)?password\s*=[ \t\n\r\v\f]*`)
+	// kvHostKey finds host= in key=value form: a host with an "@" in it
+	// is someone's user:password@host.
+	kvHostKey = regexp.MustCompile(`(?:^|[ \t\n\r\v\f])host[ \t\n\r\v\f]*=[ \t\n\r\v\f]*`)
 	// kvNextKey is the start of the next key=value pair after a value.
 	kvNextKey = regexp.MustCompile(`[ \t\n\r\v\f]+[^ \t\n\r\v\f='\\]+[ \t\n\r\v\f]*=`)
 )
@@ -178,6 +181,11 @@ func passwordSpans(dsn string) []span {
 			end = len(dsn)
 		}
 		add(from, end)
+	}
+	for _, m := range kvHostKey.FindAllStringIndex(dsn, -1) {
+		if end := kvValueEnd(dsn, m[1]); strings.Contains(dsn[m[1]:end], "@") {
+			add(m[1], end)
+		}
 	}
 	return merge(out)
 }
