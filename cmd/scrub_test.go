@@ -276,3 +276,65 @@ func TestGeneratedPasswordsOnTheConnectPath(t *testing.T) {
 	}
 	t.Logf("%d passwords, %d invocations checked", len(passwords), checked)
 }
+
+// TestTheWarningsAdviceWorks: the places the warning suggests for the
+// password work with a DSN on the command line that has none: PGPASSWORD,
+// and a pgpass file named by PGPASSFILE. pgx reads both from the process's
+// environment, under any DSN.
+func TestTheWarningsAdviceWorks(t *testing.T) {
+	keysFile := hostileKeys(t)
+	pw, err := testLab.Password()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", testLab.User, testLab.Primary.Port)
+	for name, env := range map[string][2]string{
+		"PGPASSWORD": {"PGPASSWORD", pw},
+		"PGPASSFILE": {"PGPASSFILE", testLab.PassFile},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("PGPASSFILE", "/nonexistent") // not ~/.pgpass
+			t.Setenv(env[0], env[1])
+			res := runCLI(t, nil, "--keys", keysFile, "--dsn", bare, "who", "--all")
+			if res.Code != ExitOK || strings.Contains(res.Stderr, "Warning") {
+				t.Errorf("--dsn without a password, the password in %s: exit %d, want 0 without a warning\n%s", name, res.Code, res.Stderr)
+			}
+		})
+	}
+}
+
+// TestRunProgramInheritsTheEnvironment documents what leasectl run's
+// program gets: leasectl's whole environment (LEASECTL_DSN, DATABASE_URL,
+// PGPASSWORD and PGPASSFILE included, as they are), plus the LEASECTL_*
+// variables of the lease; a DSN given with --dsn is not put into it.
+// leasectl's own log shows none of those values.
+func TestRunProgramInheritsTheEnvironment(t *testing.T) {
+	f := newRunFixture(t, "poller", 9200091)
+	pw, err := testLab.Password()
+	if err != nil {
+		t.Fatal(err)
+	}
+	envDSN := "postgres://env_user:Env-Dsn-Secret9@127.0.0.1:1/postgres"
+	urlDSN := "postgres://url_user:Database-Url-Secret9@127.0.0.1:1/postgres"
+	t.Setenv("LEASECTL_DSN", envDSN)
+	t.Setenv("DATABASE_URL", urlDSN)
+	t.Setenv("PGPASSWORD", pw)
+	flagDSN := fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable&application_name=flag-dsn-marker", testLab.User, testLab.Primary.Port)
+	res := runCLI(t, map[string]string{"LEASECTL_DSN": envDSN, "DATABASE_URL": urlDSN}, "--keys", f.keys, "--dsn", flagDSN, "run", "--role", "poller", "--", "env")
+	if res.Code != ExitOK {
+		t.Fatalf("exit %d\n%s", res.Code, res.Stderr)
+	}
+	for _, v := range []string{"LEASECTL_DSN=" + envDSN, "DATABASE_URL=" + urlDSN, "PGPASSWORD=" + pw, "LEASECTL_ROLE=poller", "LEASECTL_KEY=9200091", "LEASECTL_LEASE_FD=3"} {
+		if !strings.Contains(res.Stdout, v+"\n") {
+			t.Errorf("the program's environment lacks %s:\n%s", v, res.Stdout)
+		}
+	}
+	if strings.Contains(res.Stdout, "flag-dsn-marker") {
+		t.Errorf("the --dsn DSN is in the program's environment:\n%s", res.Stdout)
+	}
+	for _, secret := range []string{"Env-Dsn-Secret9", "Database-Url-Secret9", pw} {
+		if strings.Contains(res.Stderr, secret) {
+			t.Errorf("leasectl's log shows %q:\n%s", secret, res.Stderr)
+		}
+	}
+}
