@@ -50,22 +50,28 @@ var (
 	kvNextKey = regexp.MustCompile(`[ \t\n\r\v\f]+[^ \t\n\r\v\f='\\]+[ \t\n\r\v\f]*=`)
 )
 
-// urlBody returns what follows the scheme of a URL DSN ("postgres://",
-// "postgresql://", or anything else with "://", which pgx would not take
-// for a URL but whose userinfo is still a password) and whether dsn is one.
+// urlScheme matches the start of a URL DSN: pgx takes only postgres:// and
+// postgresql:// for one, but the userinfo of any URL is a password.
+var urlScheme = regexp.MustCompile(`^[ \t\n\r\v\f]*[A-Za-z][A-Za-z0-9+.-]*://`)
+
+// urlBody returns what follows the scheme of a URL DSN, where it starts,
+// and whether dsn is one.
 func urlBody(dsn string) (body string, start int, ok bool) {
-	i := strings.Index(dsn, "://")
-	if i < 0 {
+	m := urlScheme.FindStringIndex(dsn)
+	if m == nil {
 		return "", 0, false
 	}
-	return dsn[i+3:], i + 3, true
+	return dsn[m[1]:], m[1], true
 }
 
 // checkURL returns why a URL DSN must be refused before it is parsed
 // because a piece of its user:password would land in the host, path or
 // query, or "" when it need not be. It never quotes the DSN.
 func checkURL(dsn string) string {
-	p, _, ok := urlBody(dsn)
+	p, ok := strings.CutPrefix(dsn, "postgresql://")
+	if !ok {
+		p, ok = strings.CutPrefix(dsn, "postgres://")
+	}
 	if !ok {
 		return ""
 	}

@@ -176,6 +176,7 @@ func TestRefusedURLsSayHowToWriteThem(t *testing.T) {
 		"postgres://app:pw@h1:5432,h2:5433/app?target_session_attrs=primary",
 		"postgres://app:a?b:c#d&e@db/app",
 		"host=db user=me@corp password='p@ss w/rd'",
+		"host=db application_name=https://me@x/y?a@b password=pw",
 	} {
 		if _, err := Parse(dsn, time.Second); err != nil {
 			t.Errorf("Parse(%q) refused a DSN that means what it says: %v", dsn, err)
@@ -185,16 +186,18 @@ func TestRefusedURLsSayHowToWriteThem(t *testing.T) {
 
 func TestHasPassword(t *testing.T) {
 	for dsn, want := range map[string]bool{
-		"postgres://app:pw@db/app":                   true,
-		"postgres://app@db/app?password=pw":          true,
-		"postgres://app@db/app?sslpassword=pw":       true,
-		"host=db password=pw":                        true,
-		"host=db password='two words'":               true,
-		"postgres://app:@db/app":                     false,
-		"postgres://app@db/app?passfile=/tmp/pgpass": false,
-		"host=db user=app passfile=/tmp/pgpass":      false,
-		"":                                           false,
-		"postgres://app:p@ss@db/app":                 true,
+		"postgres://app:pw@db/app":                        true,
+		"postgres://app@db/app?password=pw":               true,
+		"postgres://app@db/app?sslpassword=pw":            true,
+		"host=db password=pw":                             true,
+		"host=db password='two words'":                    true,
+		"postgres://app:@db/app":                          false,
+		"postgres://app@db/app?passfile=/tmp/pgpass":      false,
+		"host=db user=app passfile=/tmp/pgpass":           false,
+		"":                                                false,
+		"postgres://app:p@ss@db/app":                      true,
+		"POSTGRES://app:pw@db/app":                        true,
+		"host=db application_name=https://x/ password=pw": true,
 	} {
 		if got := HasPassword(dsn); got != want {
 			t.Errorf("HasPassword(%q) = %v, want %v", dsn, got, want)
