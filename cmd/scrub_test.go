@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os/exec"
 	"slices"
 	"strings"
@@ -223,8 +224,9 @@ func TestGeneratedPasswordsOnTheConnectPath(t *testing.T) {
 	who := func(dsn string) cliResult {
 		return runCLI(t, nil, "--timeout", "5s", "--keys", keysFile, "--dsn", dsn, "who", "--all")
 	}
-	passwords := pwtest.Generate(2026, 40)
+	passwords := pwtest.Generate(2026, 60)
 	checked := 0
+	outcomes := map[string]int{}
 	for _, pw := range passwords {
 		for _, stage := range []string{"wrong", "right"} {
 			if stage == "wrong" {
@@ -270,11 +272,16 @@ func TestGeneratedPasswordsOnTheConnectPath(t *testing.T) {
 						t.Errorf("%s, %s password, port %d: %q: exit %d, want %d saying %q\n%s", f.Name, stage, port, f.DSN, res.Code, want, says, out)
 					}
 					checked++
+					outcomes[fmt.Sprintf("%s, %s password: exit %d", f.Name, stage, res.Code)]++
 				}
 			}
 		}
 	}
 	t.Logf("%d passwords, %d invocations checked", len(passwords), checked)
+	keys := slices.Sorted(maps.Keys(outcomes))
+	for _, k := range keys {
+		t.Logf("%4d × %s", outcomes[k], k)
+	}
 }
 
 // TestTheWarningsAdviceWorks: the places the warning suggests for the
