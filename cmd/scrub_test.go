@@ -345,3 +345,27 @@ func TestRunProgramInheritsTheEnvironment(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyValueOddQuoting: key=value DSNs whose password is quoted oddly or
+// not at all, and a URL's user:password@ put into host=, are refused before
+// connecting (exit 2), saying how to write them, without a piece of the
+// password.
+func TestKeyValueOddQuoting(t *testing.T) {
+	keysFile := hostileKeys(t)
+	port := closedPort(t)
+	for _, tc := range []struct{ pw, dsn, says string }{
+		{"Zq9S3cr3t'p w0rd", "host=127.0.0.1 port=%d user=app password='%s' dbname=app", "must be quoted: password='two words', with ' and \\ inside written \\' and \\\\"},
+		{"Zq9S3cr3t p w0rd", "host=127.0.0.1 port=%d user=app password=%s dbname=app", "must be quoted"},
+		{"Zq9S3cr3t p w0rd", `host=127.0.0.1 port=%d user=app password="%s" dbname=app`, "must be quoted"},
+		{"'Zq9S3cr3t p w0rd", "host=127.0.0.1 port=%d user=app password=%s dbname=app", "unterminated quoted string"},
+		{"Zq9S3cr3t@p-w0rd", "host=app:%[2]s@127.0.0.1 port=%[1]d dbname=app", `a host holds an "@"`},
+	} {
+		dsn := fmt.Sprintf(tc.dsn, port, tc.pw)
+		var args []string
+		res := noLeak(t, dsn, dsn, tc.pw, func(dsn string) cliResult {
+			args = []string{"--timeout", "1s", "--keys", keysFile, "--dsn", dsn, "who", "--all"}
+			return runBounded(t, nil, args...)
+		})
+		expect{code: ExitUsage, says: []string{"malformed DSN", tc.says}}.check(t, args, res)
+	}
+}
