@@ -295,8 +295,8 @@ func TestHostileDSNs(t *testing.T) {
 // waits until it has logged a failed attempt naming the cause twice, stops
 // it the way SIGTERM does (its context ends), and checks that it stopped
 // cleanly: exit 0 while standing by (README), no password, no trace, and
-// the program never ran.
-func runKeepsTrying(t *testing.T, args []string, logged ...string) {
+// the program never ran. It returns what leasectl printed.
+func runKeepsTrying(t *testing.T, args []string, logged ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -320,6 +320,7 @@ func runKeepsTrying(t *testing.T, args []string, logged ...string) {
 		t.Errorf("the program ran:\n%s", stderr)
 	}
 	noSecretOrTrace(t, stdout.String()+stderr.String())
+	return stdout.String() + stderr.String()
 }
 
 // TestHostileNoAnswerAfterConnect: the server (here PgBouncer with a pool of

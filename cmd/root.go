@@ -38,6 +38,31 @@ type App struct {
 	// command in-process): `leasectl run` then makes the process a child
 	// subreaper, which changes how the process's orphans are reparented.
 	OwnProcess bool
+	// warn prints a warning: a "Warning:" line on stderr, or a log record
+	// where the command logs (leasectl run).
+	warn func(msg string)
+	// passwordWarned: the warning about a password on the command line
+	// was given (once per invocation).
+	passwordWarned bool
+}
+
+// passwordOnCommandLine is the warning for a DSN with a password given as
+// an argument or flag: every user of the machine can read the command line.
+const passwordOnCommandLine = "a DSN on the command line holds a password, which other users of this machine can read in the process list (ps); " +
+	"put the password in a pgpass file (PGPASSFILE) or PGPASSWORD, or the DSN in LEASECTL_DSN"
+
+// warnPassword warns, once, when dsn, given on the command line, holds a
+// password. A DSN from the environment is not shown by ps.
+func (a *App) warnPassword(dsn string) {
+	if a.passwordWarned || !dbconn.HasPassword(dsn) {
+		return
+	}
+	a.passwordWarned = true
+	if a.warn != nil {
+		a.warn(passwordOnCommandLine)
+		return
+	}
+	fmt.Fprintln(a.IO.ErrOut, "Warning: "+passwordOnCommandLine)
 }
 
 // NewApp returns an App for the real process.
@@ -225,6 +250,9 @@ func (a *App) DSN(arg string) (dsn, source string) {
 // ConnConfig parses the DSN that [App.DSN] resolves, with --timeout.
 func (a *App) ConnConfig(arg string) (*pgx.ConnConfig, string, error) {
 	dsn, source := a.DSN(arg)
+	if source == "argument" || source == "--dsn" {
+		a.warnPassword(dsn)
+	}
 	cfg, err := dbconn.Parse(dsn, a.Global.Timeout)
 	if err != nil {
 		return nil, dsn, fmt.Errorf("%w; the DSN came from %s", err, dsnSourceDesc(source))

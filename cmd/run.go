@@ -159,16 +159,19 @@ func runRun(ctx context.Context, opts *runOptions) error {
 	if err != nil {
 		return &InputError{Err: fmt.Errorf("cannot run %q: %w (give a path or a program on $PATH; CMD runs without a shell)", opts.Command[0], err)}
 	}
-	connCfg, _, err := app.ConnConfig("")
-	if err != nil {
-		return err
-	}
 	errOut := lockedWriter(app.IO.ErrOut)
 	metrics := newRunMetrics(role, key)
 	metrics.staleAfter = opts.healthWindow()
 	// Every log record of the lease and the program is a sign of life for
 	// /healthz: while the database is down, the retries only log.
 	logger := slog.New(&activityHandler{Handler: newRunLogger(errOut, opts.LogFormat).Handler(), mark: metrics.activity})
+	// Warnings (a password on the command line) are log records too, in
+	// --log-format.
+	app.warn = func(msg string) { logger.Warn(msg) }
+	connCfg, _, err := app.ConnConfig("")
+	if err != nil {
+		return err
+	}
 	if opts.MetricsAddr != "" {
 		stopMetrics, err := serveMetrics(opts.MetricsAddr, metrics, logger)
 		if err != nil {

@@ -109,6 +109,7 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 	}
 	var pooler *pgx.ConnConfig
 	if opts.PoolerDSN != "" {
+		app.warnPassword(opts.PoolerDSN)
 		if pooler, err = dbconn.Parse(opts.PoolerDSN, app.Global.Timeout); err != nil {
 			return fmt.Errorf("--pooler-dsn: %w", err)
 		}

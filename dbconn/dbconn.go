@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -30,12 +30,14 @@ func (e *DSNError) Error() string {
 
 // ConnectError reports that the server could not be reached or refused the
 // connection (network, TLS, authentication). Addr names the host:port or
-// socket that was tried; the message says what to check.
+// socket that was tried; the message says what to check, and never shows
+// a password of the DSN or the one pgx found in PGPASSWORD or a pgpass file.
 type ConnectError struct {
-	Addr string
-	User string
-	Err  error
-	hint string
+	Addr    string
+	User    string
+	Err     error
+	hint    string
+	secrets []string
 }
 
 func (e *ConnectError) Error() string {
@@ -43,7 +45,7 @@ func (e *ConnectError) Error() string {
 	if e.hint != "" {
 		msg += " (" + e.hint + ")"
 	}
-	return msg
+	return scrubSecrets(msg, e.secrets)
 }
 
 // Unwrap returns the underlying pgx or network error.
@@ -75,10 +77,25 @@ func isAuthError(err error) bool {
 // returns a config that works through poolers: no statement cache and
 // QueryExecModeExec. A connect timeout is applied when timeout > 0 and the
 // DSN does not set connect_timeout itself.
+//
+// A DSN that would put a piece of its password where messages show it (an
+// unescaped "@" or "/" in a URL's password makes its tail the host, the
+// database name or a query parameter) is refused with a *DSNError that
+// says how to write it, before anything connects.
 func Parse(dsn string, timeout time.Duration) (*pgx.ConnConfig, error) {
+	if reason := checkURL(dsn); reason != "" {
+		return nil, &DSNError{Reason: reason}
+	}
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, &DSNError{Reason: Scrub(parseReason(err), dsn)}
+	}
+	hosts := []string{cfg.Host}
+	for _, fb := range cfg.Fallbacks {
+		hosts = append(hosts, fb.Host)
+	}
+	if reason := checkHosts(hosts...); reason != "" {
+		return nil, &DSNError{Reason: reason}
 	}
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeExec
 	cfg.StatementCacheCapacity = 0
@@ -156,7 +173,11 @@ func Addrs(cfg *pgconn.Config) string {
 }
 
 func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
-	ce := &ConnectError{Addr: Addrs(&cfg.Config), User: cfg.User, Err: err}
+	ce := &ConnectError{Addr: Addrs(&cfg.Config), User: cfg.User, Err: err, secrets: Secrets(cfg.ConnString())}
+	if cfg.Password != "" {
+		ce.secrets = append(ce.secrets, cfg.Password)
+		slices.SortStableFunc(ce.secrets, func(a, b string) int { return len(b) - len(a) })
+	}
 	var pgErr *pgconn.PgError
 	switch {
 	case isAuthError(err):
@@ -242,65 +263,27 @@ func parseReason(err error) string {
 
 var (
 	kvNoEquals  = regexp.MustCompile(`missing "=" after ".*" in connection info string|invalid keyword/value`)
+	kvUnclosed  = regexp.MustCompile(`unterminated quoted string in connection info string`)
 	urlNoEquals = regexp.MustCompile(`(missing|extra) key/value separator "=" in URI query parameter: ".*"`)
+	// pgx quotes the part of a URL that it cannot decode; after an
+	// unescaped "@" or "/" in a password that part is the password's tail.
+	urlSpaces = regexp.MustCompile(`unexpected spaces found in ".*", use percent-encoded spaces \(%20\) instead`)
+	urlBadHex = regexp.MustCompile(`(invalid percent-encoded token|forbidden value %00 in percent-encoded value): ".*"`)
 )
 
 // withoutFragments replaces the piece of the DSN that pgx quotes when a word
-// lacks its "=": that word is most often the tail of a password with a space
-// (key=value form) or an "&" (URL form) that was not quoted or escaped, so it
-// must not be shown. The replacement says how to write such a value.
+// lacks its "=" or a part of a URL cannot be decoded: that piece is most
+// often the tail of a password with a space or a quote (key=value form) or
+// an "&" (URL form) that was not quoted or escaped, so it must not be shown.
+// The replacement says how to write such a value.
 func withoutFragments(reason string) string {
 	reason = kvNoEquals.ReplaceAllLiteralString(reason,
-		`a word without "=" in key=value form (a value with spaces, a password say, must be quoted: password='two words')`)
+		`a word without "=" in key=value form (a value with spaces or quotes, a password say, must be quoted: password='two words', with ' and \ inside written \' and \\)`)
+	reason = kvUnclosed.ReplaceAllLiteralString(reason,
+		`unterminated quoted string in key=value form (a quoted value ends at the first ' not written \': password='it\'s')`)
+	reason = urlSpaces.ReplaceAllLiteralString(reason,
+		`unexpected spaces in a part of the URL: write a space as %20 (and "@" in a user name or password as %40)`)
+	reason = urlBadHex.ReplaceAllString(reason, `${1} in a part of the URL: write "%" as %25`)
 	return urlNoEquals.ReplaceAllString(reason,
 		`a query parameter with ${1} "=" (in a URL, escape "&" as %26 and "=" as %3D inside values such as the password)`)
-}
-
-var (
-	urlUserinfo = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*://([^@/?#]*)@`)
-	kvPassword  = regexp.MustCompile(`(?i)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`)
-	urlPassword = regexp.MustCompile(`(?i)[?&]password=([^&#]*)`)
-)
-
-// Secrets returns the substrings of dsn that may be passwords: the URL
-// userinfo password, password= values, and their URL-decoded forms.
-func Secrets(dsn string) []string {
-	var out []string
-	add := func(s string) {
-		s = strings.Trim(s, "'")
-		if len(s) >= 1 {
-			out = append(out, s)
-			if dec, err := url.PathUnescape(s); err == nil && dec != s {
-				out = append(out, dec)
-			}
-			if dec, err := url.QueryUnescape(s); err == nil && dec != s {
-				out = append(out, dec)
-			}
-		}
-	}
-	if m := urlUserinfo.FindStringSubmatch(dsn); m != nil {
-		if i := strings.Index(m[1], ":"); i >= 0 {
-			add(m[1][i+1:])
-		}
-	}
-	for _, m := range kvPassword.FindAllStringSubmatch(dsn, -1) {
-		add(m[1])
-	}
-	for _, m := range urlPassword.FindAllStringSubmatch(dsn, -1) {
-		add(m[1])
-	}
-	return out
-}
-
-// Scrub replaces every possible password of dsn found in msg with "xxxxx".
-func Scrub(msg, dsn string) string {
-	for _, s := range Secrets(dsn) {
-		msg = strings.ReplaceAll(msg, s, "xxxxx")
-	}
-	return msg
-}
-
-// Redact returns dsn with its password replaced by "xxxxx", for display.
-func Redact(dsn string) string {
-	return Scrub(dsn, dsn)
 }

@@ -15,7 +15,7 @@ func TestSecretsAndRedact(t *testing.T) {
 		{"postgresql://app:p%40ss@db/app?sslmode=require", "postgresql://app:xxxxx@db/app?sslmode=require"},
 		{"postgres://db/app?user=app&password=qu3ry-secret", "postgres://db/app?user=app&password=xxxxx"},
 		{"host=db user=app password=kv-secret dbname=app", "host=db user=app password=xxxxx dbname=app"},
-		{"host=db password='quoted secret' dbname=app", "host=db password='xxxxx' dbname=app"},
+		{"host=db password='quoted secret' dbname=app", "host=db password=xxxxx dbname=app"},
 		{"host=db user=app", "host=db user=app"},
 	}
 	for _, tc := range cases {
