@@ -62,7 +62,7 @@ func (a *App) warnPassword(dsn string) {
 		a.warn(passwordOnCommandLine)
 		return
 	}
-	fmt.Fprintln(a.IO.ErrOut, "Warning: "+passwordOnCommandLine)
+	fmt.Fprintln(a.IO.ErrOut, "warning: "+passwordOnCommandLine)
 }
 
 // NewApp returns an App for the real process.

@@ -159,7 +159,7 @@ func TestPasswordOnTheCommandLineWarns(t *testing.T) {
 	}
 	withPW := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/postgres?sslmode=disable", testLab.User, pwtest.URLEscape(pw), testLab.Primary.Port)
 	kvPW := fmt.Sprintf("host=127.0.0.1 port=%d user=%s password='%s' dbname=postgres sslmode=disable", testLab.Primary.Port, testLab.User, pwtest.KVEscape(pw))
-	const warning = "Warning: " + passwordOnCommandLine + "\n"
+	const warning = "warning: " + passwordOnCommandLine + "\n"
 	for _, tc := range []struct {
 		name string
 		env  map[string]string
