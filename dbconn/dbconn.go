@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -262,13 +261,13 @@ func parseReason(err error) string {
 }
 
 var (
-	kvNoEquals  = regexp.MustCompile(`missing "=" after ".*" in connection info string|invalid keyword/value`)
-	kvUnclosed  = regexp.MustCompile(`unterminated quoted string in connection info string`)
-	urlNoEquals = regexp.MustCompile(`(missing|extra) key/value separator "=" in URI query parameter: ".*"`)
+	kvNoEquals  = lazyRegexp(`missing "=" after ".*" in connection info string|invalid keyword/value`)
+	kvUnclosed  = lazyRegexp(`unterminated quoted string in connection info string`)
+	urlNoEquals = lazyRegexp(`(missing|extra) key/value separator "=" in URI query parameter: ".*"`)
 	// pgx quotes the part of a URL that it cannot decode; after an
 	// unescaped "@" or "/" in a password that part is the password's tail.
-	urlSpaces = regexp.MustCompile(`unexpected spaces found in ".*", use percent-encoded spaces \(%20\) instead`)
-	urlBadHex = regexp.MustCompile(`(invalid percent-encoded token|forbidden value %00 in percent-encoded value): ".*"`)
+	urlSpaces = lazyRegexp(`unexpected spaces found in ".*", use percent-encoded spaces \(%20\) instead`)
+	urlBadHex = lazyRegexp(`(invalid percent-encoded token|forbidden value %00 in percent-encoded value): ".*"`)
 )
 
 // withoutFragments replaces the piece of the DSN that pgx quotes when a word
@@ -277,13 +276,13 @@ var (
 // an "&" (URL form) that was not quoted or escaped, so it must not be shown.
 // The replacement says how to write such a value.
 func withoutFragments(reason string) string {
-	reason = kvNoEquals.ReplaceAllLiteralString(reason,
+	reason = kvNoEquals().ReplaceAllLiteralString(reason,
 		`a word without "=" in key=value form (a value with spaces or quotes, a password say, must be quoted: password='two words', with ' and \ inside written \' and \\)`)
-	reason = kvUnclosed.ReplaceAllLiteralString(reason,
+	reason = kvUnclosed().ReplaceAllLiteralString(reason,
 		`unterminated quoted string in key=value form (a quoted value ends at the first ' not written \': password='it\'s')`)
-	reason = urlSpaces.ReplaceAllLiteralString(reason,
+	reason = urlSpaces().ReplaceAllLiteralString(reason,
 		`unexpected spaces in a part of the URL: write a space as %20 (and "@" in a user name or password as %40)`)
-	reason = urlBadHex.ReplaceAllString(reason, `${1} in a part of the URL: write "%" as %25`)
-	return urlNoEquals.ReplaceAllString(reason,
+	reason = urlBadHex().ReplaceAllString(reason, `${1} in a part of the URL: write "%" as %25`)
+	return urlNoEquals().ReplaceAllString(reason,
 		`a query parameter with ${1} "=" (in a URL, escape "&" as %26 and "=" as %3D inside values such as the password)`)
 }

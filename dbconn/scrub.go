@@ -4,6 +4,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // This file is the one place that knows where a DSN keeps its passwords:
@@ -35,29 +36,29 @@ const encodeHint = `write "@" in a user name or password as %40 (and "/" as %2F,
 var (
 	// queryInUserinfo: what libpq takes for user:password looks like a
 	// query ("?name=") whose value held an unescaped "@".
-	queryInUserinfo = regexp.MustCompile(`\?[A-Za-z_]+=`)
+	queryInUserinfo = lazyRegexp(`\?[A-Za-z_]+=`)
 	// queryKey finds the start of each query parameter of a URL: its name
 	// and "=". Where the query starts is not certain in a malformed URL,
 	// so every "?" or "&" is a candidate.
-	queryKey = regexp.MustCompile(`[?&]([^&?=#]*)=`)
+	queryKey = lazyRegexp(`[?&]([^&?=#]*)=`)
 	// kvPasswordKey finds password= and sslpassword= in key=value form
 	// (libpq's keywords are case-sensitive; matching any case is safe).
-	kvPasswordKey = regexp.MustCompile(`(?i)(?:ssl)?password\s*=[ \t\n\r\v\f]*`)
+	kvPasswordKey = lazyRegexp(`(?i)(?:ssl)?password\s*=[ \t\n\r\v\f]*`)
 	// kvHostKey finds host= in key=value form: a host with an "@" in it
 	// is someone's user:password@host.
-	kvHostKey = regexp.MustCompile(`(?:^|[ \t\n\r\v\f])host[ \t\n\r\v\f]*=[ \t\n\r\v\f]*`)
+	kvHostKey = lazyRegexp(`(?:^|[ \t\n\r\v\f])host[ \t\n\r\v\f]*=[ \t\n\r\v\f]*`)
 	// kvNextKey is the start of the next key=value pair after a value.
-	kvNextKey = regexp.MustCompile(`[ \t\n\r\v\f]+[^ \t\n\r\v\f='\\]+[ \t\n\r\v\f]*=`)
+	kvNextKey = lazyRegexp(`[ \t\n\r\v\f]+[^ \t\n\r\v\f='\\]+[ \t\n\r\v\f]*=`)
 )
 
 // urlScheme matches the start of a URL DSN: pgx takes only postgres:// and
 // postgresql:// for one, but the userinfo of any URL is a password.
-var urlScheme = regexp.MustCompile(`^[ \t\n\r\v\f]*[A-Za-z][A-Za-z0-9+.-]*://`)
+var urlScheme = lazyRegexp(`^[ \t\n\r\v\f]*[A-Za-z][A-Za-z0-9+.-]*://`)
 
 // urlBody returns what follows the scheme of a URL DSN, where it starts,
 // and whether dsn is one.
 func urlBody(dsn string) (body string, start int, ok bool) {
-	m := urlScheme.FindStringIndex(dsn)
+	m := urlScheme().FindStringIndex(dsn)
 	if m == nil {
 		return "", 0, false
 	}
@@ -77,7 +78,7 @@ func checkURL(dsn string) string {
 	}
 	rest := p
 	if i := strings.IndexAny(p, "@/"); i >= 0 && p[i] == '@' {
-		if queryInUserinfo.MatchString(p[:i]) {
+		if queryInUserinfo().MatchString(p[:i]) {
 			return `an "@" in a query parameter's value is taken for the end of a user:password (no "/" comes before it): write it as %40`
 		}
 		rest = p[i+1:]
@@ -153,7 +154,7 @@ func passwordSpans(dsn string) []span {
 		// password= and sslpassword= query parameters, with the pairs
 		// after them that have no "=" or more than one: the rest of a
 		// password with an unescaped "&".
-		for _, m := range queryKey.FindAllStringSubmatchIndex(p, -1) {
+		for _, m := range queryKey().FindAllStringSubmatchIndex(p, -1) {
 			if name := strings.ToLower(lenientDecode(p[m[2]:m[3]])); name != "password" && name != "sslpassword" {
 				continue
 			}
@@ -178,17 +179,17 @@ func passwordSpans(dsn string) []span {
 		}
 		return merge(out)
 	}
-	for _, m := range kvPasswordKey.FindAllStringIndex(dsn, -1) {
+	for _, m := range kvPasswordKey().FindAllStringIndex(dsn, -1) {
 		from := m[1]
 		end := kvValueEnd(dsn, from)
-		if n := kvNextKey.FindStringIndex(dsn[from:]); n != nil {
+		if n := kvNextKey().FindStringIndex(dsn[from:]); n != nil {
 			end = max(end, from+n[0])
 		} else {
 			end = len(dsn)
 		}
 		add(from, end)
 	}
-	for _, m := range kvHostKey.FindAllStringIndex(dsn, -1) {
+	for _, m := range kvHostKey().FindAllStringIndex(dsn, -1) {
 		if end := kvValueEnd(dsn, m[1]); strings.Contains(dsn[m[1]:end], "@") {
 			add(m[1], end)
 		}
@@ -358,4 +359,10 @@ func Redact(dsn string) string {
 // leaving it to PGPASSWORD or a pgpass file.
 func HasPassword(dsn string) bool {
 	return len(passwordSpans(dsn)) > 0
+}
+
+// lazyRegexp compiles expr on first use rather than at package init, which
+// every command (leasectl --version too) would pay for.
+func lazyRegexp(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
 }
