@@ -269,11 +269,15 @@ func (o *runOptions) roleKey() (string, int64, error) {
 }
 
 // stopOnSignals returns the lease's context and a function that ends it.
-// SIGINT and SIGTERM are forwarded to the running program (a second one too)
-// and stop the lease; ctx ending without a signal (a caller's cancel) stops
-// it as well. leasectl's own signal handling also cancels ctx, but without
-// saying which signal, so the lease's context is detached from ctx and
-// this handler decides.
+// The first SIGINT or SIGTERM ends the lease's context with a
+// lease.StopSignal cause, which the running program gets (Command.Work
+// passes it on); a later one is forwarded to the program at once. Ending
+// the context before the program is signalled makes the outcome the same
+// every time: the program's exit is a stop, never an exit by itself that
+// --restart would restart. ctx ending without a signal (a caller's cancel)
+// stops the lease as well. leasectl's own signal handling also cancels
+// ctx, but without saying which signal, so the lease's context is detached
+// from ctx and this handler decides.
 func stopOnSignals(ctx context.Context, proc *lease.Command, logger *slog.Logger) (context.Context, func()) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -289,8 +293,13 @@ func stopOnSignals(ctx context.Context, proc *lease.Command, logger *slog.Logger
 			case s := <-sigs:
 				sig := s.(syscall.Signal)
 				logger.Info("signal received; stopping", "signal", sig.String())
-				proc.Signal(sig)
-				stop(fmt.Errorf("%w by %s", errStopped, sig))
+				cause := &lease.StopSignal{Signal: sig, Err: errStopped}
+				stop(cause)
+				if context.Cause(leaseCtx) != error(cause) {
+					// Stopping already: the program, if it runs, has
+					// had its signal; pass this one on too.
+					proc.Signal(sig)
+				}
 			case <-parent:
 				if c := context.Cause(ctx); c == context.Canceled || c == context.DeadlineExceeded {
 					stop(c)
