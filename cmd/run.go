@@ -216,8 +216,8 @@ func runRun(ctx context.Context, opts *runOptions) error {
 	err = lease.Supervise(leaseCtx, cfg, proc.Work, lease.RestartPolicy{
 		Restart: opts.Restart,
 		Delay:   opts.RetryInterval,
-		OnRestart: func(error, time.Duration) {
-			logger.Info("the program exited; --restart: standing by again", "role", role, "key", key, "after", opts.RetryInterval)
+		OnRestart: func(_ error, after time.Duration) {
+			logger.Info("the program exited; --restart: standing by again", "role", role, "key", key, "after", after)
 		},
 	})
 	if leaseCtx.Err() != nil && errors.Is(err, context.Cause(leaseCtx)) {

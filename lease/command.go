@@ -31,8 +31,8 @@ import (
 // carries its LEASECTL_PROGRAM_ID (descendants that left the group or the
 // session: setsid, double forks), and, with Subreaper, every descendant of
 // this process. When work's context ends (the lease was lost, or Run is
-// stopping), the tree gets SIGTERM, and SIGKILL once Grace has passed since
-// the first signal; when the program exits by itself, what is left of its
+// stopping), the tree gets SIGTERM (the signal of a [StopSignal] cause
+// instead), and SIGKILL once Grace has passed since the first signal; when the program exits by itself, what is left of its
 // tree is stopped the same way. Work returns only once the whole tree is
 // gone, so nothing of it outlives the lease.
 type Command struct {
