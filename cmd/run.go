@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +16,7 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/lease"
+	"github.com/leasectl/leasectl/lease/leasehttp"
 	"github.com/leasectl/leasectl/timing"
 	"github.com/spf13/cobra"
 )
@@ -160,11 +158,20 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		return &InputError{Err: fmt.Errorf("cannot run %q: %w (give a path or a program on $PATH; CMD runs without a shell)", opts.Command[0], err)}
 	}
 	errOut := lockedWriter(app.IO.ErrOut)
-	metrics := newRunMetrics(role, key)
-	metrics.staleAfter = opts.healthWindow()
+	cfg := lease.Config{
+		Role: role, Key: key,
+		RetryInterval:     opts.RetryInterval,
+		HeartbeatInterval: opts.HeartbeatInterval,
+		HeartbeatTimeout:  opts.HeartbeatTimeout,
+		// The program's stop takes up to --grace, then SIGKILL and reaping.
+		StopTimeout:     timing.CommandStop(opts.Grace),
+		TakeoverDelay:   opts.TakeoverDelay,
+		ApplicationName: lease.DefaultApplicationName("leasectl run", roleName(role, key)),
+	}
+	metrics := leasehttp.New(role, key, leasehttp.HealthWindow(cfg, opts.Grace))
 	// Every log record of the lease and the program is a sign of life for
 	// /healthz: while the database is down, the retries only log.
-	logger := slog.New(&activityHandler{Handler: newRunLogger(errOut, opts.LogFormat).Handler(), mark: metrics.activity})
+	logger := slog.New(metrics.LogHandler(newRunLogger(errOut, opts.LogFormat).Handler()))
 	// Warnings (a password on the command line) are log records too, in
 	// --log-format.
 	app.warn = func(msg string) { logger.Warn(msg) }
@@ -173,9 +180,9 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		return err
 	}
 	if opts.MetricsAddr != "" {
-		stopMetrics, err := serveMetrics(opts.MetricsAddr, metrics, logger)
+		stopMetrics, err := leasehttp.Serve(opts.MetricsAddr, metrics.Handler(), logger)
 		if err != nil {
-			return err
+			return &InputError{Err: fmt.Errorf("cannot serve metrics on --metrics-addr %s: %w", opts.MetricsAddr, err)}
 		}
 		defer stopMetrics()
 	}
@@ -193,57 +200,30 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		// that they are stopped before the key is released.
 		Subreaper: app.OwnProcess,
 		Logger:    logger.With("role", role, "key", key),
-		OnStart:   func(int) { metrics.childStarted() },
+		OnStart:   metrics.OnStart,
 	}
 	if !app.IO.InTTY {
 		// In its own process group CMD cannot read a terminal (SIGTTIN).
 		proc.Stdin = app.IO.In
 	}
-	cfg := lease.Config{
-		Role: role, Key: key, ConnConfig: connCfg,
-		RetryInterval:     opts.RetryInterval,
-		HeartbeatInterval: opts.HeartbeatInterval,
-		HeartbeatTimeout:  opts.HeartbeatTimeout,
-		// The program's stop takes up to --grace, then SIGKILL and reaping.
-		StopTimeout:     timing.CommandStop(opts.Grace),
-		TakeoverDelay:   opts.TakeoverDelay,
-		ApplicationName: lease.DefaultApplicationName("leasectl run", roleName(role, key)),
-		Logger:          logger,
-		OnStateChange:   metrics.change,
-		OnHeartbeat:     metrics.heartbeat,
-	}
+	cfg.ConnConfig = connCfg
+	cfg.Logger = logger
+	cfg.OnStateChange = metrics.OnStateChange
+	cfg.OnHeartbeat = metrics.OnHeartbeat
 
 	leaseCtx, stop := stopOnSignals(ctx, proc, logger)
 	defer stop()
-	for {
-		err = lease.Run(leaseCtx, cfg, proc.Work)
-		if leaseCtx.Err() != nil && errors.Is(err, context.Cause(leaseCtx)) {
-			return nil // stopped while standing by
-		}
-		var exit *lease.ExitError
-		if !opts.Restart || leaseCtx.Err() != nil || (err != nil && !errors.As(err, &exit)) {
-			return err
-		}
-		logger.Info("the program exited; --restart: standing by again", "role", role, "key", key, "after", opts.RetryInterval)
-		t := time.NewTimer(opts.RetryInterval)
-		select {
-		case <-leaseCtx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
+	err = lease.Supervise(leaseCtx, cfg, proc.Work, lease.RestartPolicy{
+		Restart: opts.Restart,
+		Delay:   opts.RetryInterval,
+		OnRestart: func(_ error, after time.Duration) {
+			logger.Info("the program exited; --restart: standing by again", "role", role, "key", key, "after", after)
+		},
+	})
+	if leaseCtx.Err() != nil && errors.Is(err, context.Cause(leaseCtx)) {
+		return nil // stopped while standing by
 	}
-}
-
-// healthWindow is how long the lease loop may show no sign of life (a state
-// change, a heartbeat, a log record) before /healthz reports it stuck: three
-// heartbeat intervals and a heartbeat's time limit (a stand-by's wait and a
-// leader's heartbeat each end within one interval), plus the longest quiet
-// stretches a healthy loop has: a retry wait, the program's --grace, and
-// the minute-long search for a new primary after a lost session.
-func (o *runOptions) healthWindow() time.Duration {
-	w := 3*o.HeartbeatInterval + o.HeartbeatTimeout + o.RetryInterval + o.Grace
-	return max(w, lease.SearchWindow+o.HeartbeatTimeout)
+	return err
 }
 
 // roleName is how the lease names itself: the role, else "key N".
@@ -289,11 +269,15 @@ func (o *runOptions) roleKey() (string, int64, error) {
 }
 
 // stopOnSignals returns the lease's context and a function that ends it.
-// SIGINT and SIGTERM are forwarded to the running program (a second one too)
-// and stop the lease; ctx ending without a signal (a caller's cancel) stops
-// it as well. leasectl's own signal handling also cancels ctx, but without
-// saying which signal, so the lease's context is detached from ctx and
-// this handler decides.
+// The first SIGINT or SIGTERM ends the lease's context with a
+// lease.StopSignal cause, which the running program gets (Command.Work
+// passes it on); a later one is forwarded to the program at once. Ending
+// the context before the program is signalled makes the outcome the same
+// every time: the program's exit is a stop, never an exit by itself that
+// --restart would restart. ctx ending without a signal (a caller's cancel)
+// stops the lease as well. leasectl's own signal handling also cancels
+// ctx, but without saying which signal, so the lease's context is detached
+// from ctx and this handler decides.
 func stopOnSignals(ctx context.Context, proc *lease.Command, logger *slog.Logger) (context.Context, func()) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -309,8 +293,13 @@ func stopOnSignals(ctx context.Context, proc *lease.Command, logger *slog.Logger
 			case s := <-sigs:
 				sig := s.(syscall.Signal)
 				logger.Info("signal received; stopping", "signal", sig.String())
-				proc.Signal(sig)
-				stop(fmt.Errorf("%w by %s", errStopped, sig))
+				cause := &lease.StopSignal{Signal: sig, Err: errStopped}
+				stop(cause)
+				if context.Cause(leaseCtx) != error(cause) {
+					// Stopping already: the program, if it runs, has
+					// had its signal; pass this one on too.
+					proc.Signal(sig)
+				}
 			case <-parent:
 				if c := context.Cause(ctx); c == context.Canceled || c == context.DeadlineExceeded {
 					stop(c)
@@ -371,184 +360,4 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
-}
-
-// ---- metrics ----
-
-// runMetrics is what --metrics-addr serves: the metrics in Prometheus' text
-// format, and the lease's health for /healthz and /readyz. Three series do
-// not justify a client library and its dependencies.
-type runMetrics struct {
-	mu          sync.Mutex
-	labels      string
-	leading     bool
-	transitions map[lease.State]int
-	lastBeat    time.Time
-	children    int
-	// state is the lease's current state, "" before the first one.
-	state lease.State
-	// lastActivity is the last sign of life of the lease loop; staleAfter
-	// is how old it may get before /healthz fails.
-	lastActivity time.Time
-	staleAfter   time.Duration
-	now          func() time.Time
-}
-
-func newRunMetrics(role string, key int64) *runMetrics {
-	if role == "" {
-		role = "key " + strconv.FormatInt(key, 10)
-	}
-	m := &runMetrics{
-		labels:      fmt.Sprintf(`role="%s",key="%d"`, escapeLabel(role), key),
-		transitions: map[lease.State]int{},
-		staleAfter:  time.Minute,
-		now:         time.Now,
-	}
-	m.lastActivity = m.now()
-	return m
-}
-
-// activity records a sign of life of the lease loop.
-func (m *runMetrics) activity() {
-	m.mu.Lock()
-	m.lastActivity = m.now()
-	m.mu.Unlock()
-}
-
-// serveHealth answers /healthz: 200 while the lease loop shows signs of
-// life (whatever its state, so that a database outage never gets the
-// process restarted), 503 once it has been silent for staleAfter or has
-// stopped.
-func (m *runMetrics) serveHealth(w http.ResponseWriter, _ *http.Request) {
-	m.mu.Lock()
-	state, quiet, limit := m.state, m.now().Sub(m.lastActivity), m.staleAfter
-	m.mu.Unlock()
-	switch {
-	case state == lease.Stopped:
-		httpStatus(w, http.StatusServiceUnavailable, "stopped: leasectl run is exiting")
-	case quiet > limit:
-		httpStatus(w, http.StatusServiceUnavailable, fmt.Sprintf("stuck: the lease loop has shown no sign of life for %s (limit %s)", quiet.Round(time.Second), limit))
-	default:
-		httpStatus(w, http.StatusOK, fmt.Sprintf("ok: %s, last sign of life %s ago", stateName(state), quiet.Round(time.Millisecond)))
-	}
-}
-
-// serveReady answers /readyz: 200 while the lease is connected to a primary
-// that it may lead on, leading or standing by; 503 while it connects, is
-// refused (a standby, a transaction-mode pooler) or has stopped.
-func (m *runMetrics) serveReady(w http.ResponseWriter, _ *http.Request) {
-	m.mu.Lock()
-	state := m.state
-	m.mu.Unlock()
-	switch state {
-	case lease.Leading, lease.StandingBy:
-		httpStatus(w, http.StatusOK, "ready: "+string(state))
-	default:
-		httpStatus(w, http.StatusServiceUnavailable, "not ready: "+stateName(state)+" (ready once leading or standing by on a primary)")
-	}
-}
-
-func stateName(s lease.State) string {
-	if s == "" {
-		return "starting"
-	}
-	return string(s)
-}
-
-func httpStatus(w http.ResponseWriter, code int, body string) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	fmt.Fprintln(w, body)
-}
-
-// activityHandler passes log records on to Handler and calls mark for each:
-// a log record of the lease loop is a sign of life.
-type activityHandler struct {
-	slog.Handler
-	mark func()
-}
-
-func (h *activityHandler) Handle(ctx context.Context, r slog.Record) error {
-	h.mark()
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h *activityHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return &activityHandler{Handler: h.Handler.WithAttrs(attrs), mark: h.mark}
-}
-
-func (h *activityHandler) WithGroup(name string) slog.Handler {
-	return &activityHandler{Handler: h.Handler.WithGroup(name), mark: h.mark}
-}
-
-func escapeLabel(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
-}
-
-func (m *runMetrics) change(c lease.Change) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.leading = c.To == lease.Leading
-	m.transitions[c.To]++
-	m.state = c.To
-	m.lastActivity = m.now()
-}
-
-func (m *runMetrics) heartbeat(at time.Time) {
-	m.mu.Lock()
-	m.lastBeat = at
-	m.lastActivity = m.now()
-	m.mu.Unlock()
-}
-
-func (m *runMetrics) childStarted() {
-	m.mu.Lock()
-	m.children++
-	m.mu.Unlock()
-}
-
-func (m *runMetrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	leading := 0
-	if m.leading {
-		leading = 1
-	}
-	fmt.Fprintf(w, "# HELP leasectl_lease_leader 1 while this replica holds the lease, else 0.\n# TYPE leasectl_lease_leader gauge\nleasectl_lease_leader{%s} %d\n", m.labels, leading)
-	fmt.Fprintf(w, "# HELP leasectl_lease_transitions_total State changes of the lease, by the state entered.\n# TYPE leasectl_lease_transitions_total counter\n")
-	states := make([]string, 0, len(m.transitions))
-	for s := range m.transitions {
-		states = append(states, string(s))
-	}
-	sort.Strings(states)
-	for _, s := range states {
-		fmt.Fprintf(w, "leasectl_lease_transitions_total{%s,state=%q} %d\n", m.labels, s, m.transitions[lease.State(s)])
-	}
-	fmt.Fprintf(w, "# HELP leasectl_lease_program_starts_total Times the program was started.\n# TYPE leasectl_lease_program_starts_total counter\nleasectl_lease_program_starts_total{%s} %d\n", m.labels, m.children)
-	if !m.lastBeat.IsZero() {
-		fmt.Fprintf(w, "# HELP leasectl_lease_heartbeat_age_seconds Seconds since the last round trip that proved the lease session alive.\n# TYPE leasectl_lease_heartbeat_age_seconds gauge\nleasectl_lease_heartbeat_age_seconds{%s} %.3f\n", m.labels, time.Since(m.lastBeat).Seconds())
-	}
-}
-
-// serveMetrics serves m at http://addr/metrics, and the health checks at
-// /healthz and /readyz, until the returned function is called.
-func serveMetrics(addr string, m *runMetrics, logger *slog.Logger) (func(), error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, &InputError{Err: fmt.Errorf("cannot serve metrics on --metrics-addr %s: %w", addr, err)}
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", m)
-	mux.HandleFunc("/healthz", m.serveHealth)
-	mux.HandleFunc("/readyz", m.serveReady)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	logger.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}, nil
 }

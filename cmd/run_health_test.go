@@ -3,14 +3,12 @@ package cmd
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasectl/leasectl/internal/leasetest"
-	"github.com/leasectl/leasectl/lease"
 )
 
 // probeURL returns the URL of path on the --metrics-addr server that run
@@ -91,63 +89,4 @@ func TestRunHealthAndReadiness(t *testing.T) {
 		}
 	}
 	f.noOverlap()
-}
-
-// TestHealthzFailsWhenTheLeaseLoopIsStuck drives the health handlers with
-// a fake clock: /healthz fails once the loop has been silent for longer
-// than its window, recovers on the next sign of life, and fails for good
-// once the lease has stopped; /readyz follows the state.
-func TestHealthzFailsWhenTheLeaseLoopIsStuck(t *testing.T) {
-	now := time.Unix(1_700_000_000, 0)
-	m := newRunMetrics("poller", 1)
-	m.now = func() time.Time { return now }
-	m.lastActivity = now
-	m.staleAfter = time.Minute
-	check := func(handler http.HandlerFunc, code int, want string) {
-		t.Helper()
-		rec := httptest.NewRecorder()
-		handler(rec, httptest.NewRequest(http.MethodGet, "/", nil))
-		if rec.Code != code || !strings.Contains(rec.Body.String(), want) {
-			t.Errorf("got %d %q, want %d and %q", rec.Code, rec.Body.String(), code, want)
-		}
-	}
-	check(m.serveHealth, http.StatusOK, "ok: starting")
-	check(m.serveReady, http.StatusServiceUnavailable, "not ready: starting")
-
-	m.change(lease.Change{From: lease.Connecting, To: lease.StandingBy})
-	check(m.serveReady, http.StatusOK, "ready: standing_by")
-	now = now.Add(time.Minute)
-	check(m.serveHealth, http.StatusOK, "ok: standing_by")
-	now = now.Add(time.Second)
-	check(m.serveHealth, http.StatusServiceUnavailable, "stuck: the lease loop has shown no sign of life for 1m1s (limit 1m0s)")
-	check(m.serveReady, http.StatusOK, "ready: standing_by") // readiness is the state's
-
-	m.heartbeat(now)
-	check(m.serveHealth, http.StatusOK, "ok: standing_by")
-	now = now.Add(2 * time.Minute)
-	m.activity() // a log record: a retry while the database is down
-	check(m.serveHealth, http.StatusOK, "ok: standing_by")
-
-	m.change(lease.Change{From: lease.StandingBy, To: lease.Refused})
-	check(m.serveReady, http.StatusServiceUnavailable, "not ready: refused")
-	m.change(lease.Change{From: lease.Refused, To: lease.Stopped})
-	check(m.serveHealth, http.StatusServiceUnavailable, "stopped")
-	check(m.serveReady, http.StatusServiceUnavailable, "not ready: stopped")
-}
-
-// TestRunHealthWindow: the window covers the defaults' quiet stretches and
-// never drops below the search for a new primary.
-func TestRunHealthWindow(t *testing.T) {
-	o := &runOptions{HeartbeatInterval: 15 * time.Second, HeartbeatTimeout: 5 * time.Second, RetryInterval: 5 * time.Second, Grace: 10 * time.Second}
-	if got := o.healthWindow(); got != 65*time.Second {
-		t.Errorf("defaults: %s, want 65s", got)
-	}
-	o.Grace = 5 * time.Minute
-	if got := o.healthWindow(); got != 5*time.Minute+55*time.Second {
-		t.Errorf("--grace 5m: %s, want 5m55s", got)
-	}
-	o = &runOptions{HeartbeatInterval: time.Second, HeartbeatTimeout: time.Second, RetryInterval: 50 * time.Millisecond, Grace: time.Second}
-	if got := o.healthWindow(); got != lease.SearchWindow+time.Second {
-		t.Errorf("short intervals: %s, want the search window plus a heartbeat timeout", got)
-	}
 }

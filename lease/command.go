@@ -31,8 +31,8 @@ import (
 // carries its LEASECTL_PROGRAM_ID (descendants that left the group or the
 // session: setsid, double forks), and, with Subreaper, every descendant of
 // this process. When work's context ends (the lease was lost, or Run is
-// stopping), the tree gets SIGTERM, and SIGKILL once Grace has passed since
-// the first signal; when the program exits by itself, what is left of its
+// stopping), the tree gets SIGTERM (the signal of a [StopSignal] cause
+// instead), and SIGKILL once Grace has passed since the first signal; when the program exits by itself, what is left of its
 // tree is stopped the same way. Work returns only once the whole tree is
 // gone, so nothing of it outlives the lease.
 type Command struct {
@@ -107,11 +107,38 @@ func (c *Command) logger() *slog.Logger {
 	return c.Logger
 }
 
+// StopSignal, as the cause of the context of [Run] or [Supervise]
+// (context.WithCancelCause), stops a running program with Signal instead
+// of SIGTERM: it is how a process passes on the SIGINT or SIGTERM that
+// stops it, as `leasectl run` does.
+//
+// Cancel the context with it, rather than call [Command.Signal] and then
+// cancel: the context ends before the program gets the signal, so the
+// program's exit is always seen as a stop, never as the program exiting by
+// itself, which a restart policy would restart (and which is logged as
+// such).
+type StopSignal struct {
+	Signal syscall.Signal
+	// Err says why, for logs; nil means "stopped by SIGNAL".
+	Err error
+}
+
+func (e *StopSignal) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%v by %s", e.Err, e.Signal)
+	}
+	return "stopped by " + e.Signal.String()
+}
+
+// Unwrap returns Err.
+func (e *StopSignal) Unwrap() error { return e.Err }
+
 // Signal sends sig to the running program's tree and reports whether a
 // program was running. Grace counts from the first signal; a program
 // signalled this way gets no SIGTERM of its own when work's context ends,
-// only SIGKILL once Grace has passed: this is how `leasectl run` forwards
-// the SIGINT or SIGTERM it receives.
+// only SIGKILL once Grace has passed. It forwards signals to a program
+// that goes on running (a second SIGINT, a SIGHUP); to stop the program
+// with a signal, end the lease's context with a [StopSignal] cause.
 func (c *Command) Signal(sig syscall.Signal) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -237,6 +264,10 @@ func (c *Command) Work(ctx context.Context) error {
 		log.Info("program exited", "pid", pid, "status", describeExit(err))
 		tree.stop(log, time.Now().Add(grace), "the program exited; stopping what is left of its tree")
 	case <-ctx.Done():
+		var stopSig *StopSignal
+		if errors.As(context.Cause(ctx), &stopSig) {
+			c.Signal(stopSig.Signal)
+		}
 		first := c.firstSignal()
 		if first.IsZero() {
 			first = time.Now()

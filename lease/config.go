@@ -110,7 +110,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, &ConfigError{"Key", fmt.Sprintf("%d is the probe's key (locks.DefaultProbeKey); give the role its own key", c.Key)}
 	}
 	if c.Role == "" {
-		c.Role = "key " + strconv.FormatInt(c.Key, 10)
+		c.Role = defaultRole(c.Key)
 	}
 	for _, d := range []struct {
 		v    *time.Duration
@@ -159,6 +159,11 @@ func (c Config) withDefaults() (Config, error) {
 		c.Preflight = defaultPreflight(c.timing())
 	}
 	return c, nil
+}
+
+// defaultRole is the name of a lease without a Role: "key N".
+func defaultRole(key int64) string {
+	return "key " + strconv.FormatInt(key, 10)
 }
 
 // DefaultApplicationName is "PREFIX ROLE@HOSTNAME", the application_name

@@ -56,6 +56,10 @@
 // is the moment to advance a fencing token that the program's own
 // transactions check.
 //
-// [Command] runs an external program as the work of a lease; it is what
-// `leasectl run` uses.
+// [Command] runs an external program as the work of a lease, and
+// [Supervise] runs Run under a [RestartPolicy]; together they are what
+// `leasectl run` does. To stop a program with the signal that stops this
+// process, end the lease's context with a [StopSignal] cause. Package
+// lease/leasehttp serves a lease's Prometheus metrics and its /healthz and
+// /readyz checks, as `leasectl run --metrics-addr` does.
 package lease

@@ -57,8 +57,9 @@ func TestPrometheusAlertingRules(t *testing.T) {
 			t.Errorf("%s: expr %q, want %q", alert, exprs[alert], want)
 		}
 	}
-	// The metric is the one leasectl run serves (cmd/run.go writes it).
-	if src := readFile(t, "cmd/run.go"); !strings.Contains(src, "leasectl_lease_leader{%s}") {
-		t.Error("cmd/run.go no longer serves leasectl_lease_leader: update the rules")
+	// The metric is the one leasectl run serves (package lease/leasehttp
+	// writes it).
+	if src := readFile(t, "lease/leasehttp/leasehttp.go"); !strings.Contains(src, "leasectl_lease_leader{%s}") {
+		t.Error("lease/leasehttp no longer serves leasectl_lease_leader: update the rules")
 	}
 }

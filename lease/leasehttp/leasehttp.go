@@ -1,0 +1,277 @@
+// Package leasehttp serves the state of one lease (package lease) over
+// HTTP: Prometheus metrics at /metrics, and the health checks /healthz
+// and /readyz that Kubernetes probes ask. It is what `leasectl run
+// --metrics-addr` serves, for any program that holds a lease with
+// lease.Run, lease.Supervise or lease.Command.
+//
+// Wire a [Metrics] into the lease's hooks, and wrap the lease's log
+// handler with [Metrics.LogHandler]:
+//
+//	m := leasehttp.New(cfg.Role, cfg.Key, leasehttp.HealthWindow(cfg, grace))
+//	cfg.Logger = slog.New(m.LogHandler(slog.NewTextHandler(os.Stderr, nil)))
+//	cfg.OnStateChange = m.OnStateChange
+//	cfg.OnHeartbeat = m.OnHeartbeat
+//	stop, err := leasehttp.Serve("127.0.0.1:9464", m.Handler(), cfg.Logger)
+//
+// Liveness and readiness answer different questions. /readyz is the
+// lease's state: ready while connected to a primary it may lead on,
+// leading or standing by. /healthz is whether the lease loop still turns,
+// whatever its state: a database outage makes every replica unready, and
+// must not get them all restarted, while a loop that hangs should be.
+//
+// The text exposition is written by hand: a handful of series does not
+// justify a client library and its dependencies.
+package leasehttp
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasectl/leasectl/lease"
+)
+
+// Metrics is one lease's metrics and health: the lease reports to it
+// through its hooks, and its handlers answer /metrics, /healthz and
+// /readyz. It is safe for concurrent use.
+type Metrics struct {
+	mu          sync.Mutex
+	labels      string
+	leading     bool
+	transitions map[lease.State]int
+	lastBeat    time.Time
+	children    int
+	// state is the lease's current state, "" before the first one.
+	state lease.State
+	// lastActivity is the last sign of life of the lease loop; staleAfter
+	// is how old it may get before /healthz fails.
+	lastActivity time.Time
+	staleAfter   time.Duration
+	now          func() time.Time
+}
+
+// New returns the metrics of the lease of role and key (an empty role is
+// "key N", as the lease names itself). window is how long the lease loop
+// may show no sign of life before /healthz fails (see [HealthWindow]);
+// zero means the window of a lease with the default settings.
+func New(role string, key int64, window time.Duration) *Metrics {
+	if role == "" {
+		role = "key " + strconv.FormatInt(key, 10)
+	}
+	if window <= 0 {
+		window = HealthWindow(lease.Config{}, 0)
+	}
+	m := &Metrics{
+		labels:      fmt.Sprintf(`role="%s",key="%d"`, escapeLabel(role), key),
+		transitions: map[lease.State]int{},
+		staleAfter:  window,
+		now:         time.Now,
+	}
+	m.lastActivity = m.now()
+	return m
+}
+
+// HealthWindow is how long the lease loop of cfg may show no sign of life
+// (a state change, a heartbeat, a log record) before /healthz reports it
+// stuck: three heartbeat intervals and a heartbeat's time limit (a
+// stand-by's wait and a leader's heartbeat each end within one interval),
+// plus the longest quiet stretches a healthy loop has: a retry wait, the
+// time work takes to stop (stop; a program's Grace), and the minute-long
+// search for a new primary after a lost session (lease.SearchWindow).
+// Zero durations in cfg, and a zero stop, mean the lease's defaults.
+func HealthWindow(cfg lease.Config, stop time.Duration) time.Duration {
+	or := func(d, def time.Duration) time.Duration {
+		if d <= 0 {
+			return def
+		}
+		return d
+	}
+	interval := or(cfg.HeartbeatInterval, lease.DefaultHeartbeatInterval)
+	timeout := or(cfg.HeartbeatTimeout, lease.DefaultHeartbeatTimeout)
+	retry := or(cfg.RetryInterval, lease.DefaultRetryInterval)
+	stop = or(stop, or(cfg.StopTimeout, lease.DefaultStopTimeout))
+	w := 3*interval + timeout + retry + stop
+	return max(w, lease.SearchWindow+timeout)
+}
+
+// Mark records a sign of life of the lease loop. The hooks mark too; so
+// does every record that passes the handler of [Metrics.LogHandler]: while
+// the database is down, the lease's retries only log.
+func (m *Metrics) Mark() {
+	m.mu.Lock()
+	m.lastActivity = m.now()
+	m.mu.Unlock()
+}
+
+// OnStateChange records a state change; it is a lease.Config.OnStateChange.
+func (m *Metrics) OnStateChange(c lease.Change) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.leading = c.To == lease.Leading
+	m.transitions[c.To]++
+	m.state = c.To
+	m.lastActivity = m.now()
+}
+
+// OnHeartbeat records a round trip that proved the lease session alive; it
+// is a lease.Config.OnHeartbeat.
+func (m *Metrics) OnHeartbeat(at time.Time) {
+	m.mu.Lock()
+	m.lastBeat = at
+	m.lastActivity = m.now()
+	m.mu.Unlock()
+}
+
+// OnStart counts a start of the program; it is a lease.Command.OnStart.
+func (m *Metrics) OnStart(int) {
+	m.mu.Lock()
+	m.children++
+	m.mu.Unlock()
+}
+
+// LogHandler returns a handler that passes every record on to h and marks
+// a sign of life for each (see [Metrics.Mark]). Give the lease a logger
+// with it.
+func (m *Metrics) LogHandler(h slog.Handler) slog.Handler {
+	return &activityHandler{Handler: h, mark: m.Mark}
+}
+
+// Handler serves the metrics at /metrics and the health checks at
+// /healthz and /readyz.
+func (m *Metrics) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", m.ServeMetrics)
+	mux.HandleFunc("/healthz", m.ServeHealth)
+	mux.HandleFunc("/readyz", m.ServeReady)
+	return mux
+}
+
+// ServeHealth answers /healthz: 200 while the lease loop shows signs of
+// life (whatever its state, so that a database outage never gets the
+// process restarted), 503 once it has been silent for longer than its
+// window or the lease has stopped.
+func (m *Metrics) ServeHealth(w http.ResponseWriter, _ *http.Request) {
+	m.mu.Lock()
+	state, quiet, limit := m.state, m.now().Sub(m.lastActivity), m.staleAfter
+	m.mu.Unlock()
+	switch {
+	case state == lease.Stopped:
+		httpStatus(w, http.StatusServiceUnavailable, "stopped: leasectl run is exiting")
+	case quiet > limit:
+		httpStatus(w, http.StatusServiceUnavailable, fmt.Sprintf("stuck: the lease loop has shown no sign of life for %s (limit %s)", quiet.Round(time.Second), limit))
+	default:
+		httpStatus(w, http.StatusOK, fmt.Sprintf("ok: %s, last sign of life %s ago", stateName(state), quiet.Round(time.Millisecond)))
+	}
+}
+
+// ServeReady answers /readyz: 200 while the lease is connected to a
+// primary that it may lead on, leading or standing by; 503 while it
+// connects, is refused (a standby, a transaction-mode pooler) or has
+// stopped.
+func (m *Metrics) ServeReady(w http.ResponseWriter, _ *http.Request) {
+	m.mu.Lock()
+	state := m.state
+	m.mu.Unlock()
+	switch state {
+	case lease.Leading, lease.StandingBy:
+		httpStatus(w, http.StatusOK, "ready: "+string(state))
+	default:
+		httpStatus(w, http.StatusServiceUnavailable, "not ready: "+stateName(state)+" (ready once leading or standing by on a primary)")
+	}
+}
+
+// ServeMetrics answers /metrics in Prometheus' text format:
+// leasectl_lease_leader, leasectl_lease_transitions_total (by the state
+// entered), leasectl_lease_program_starts_total and, once there was one,
+// leasectl_lease_heartbeat_age_seconds, each labelled with role and key.
+func (m *Metrics) ServeMetrics(w http.ResponseWriter, _ *http.Request) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	leading := 0
+	if m.leading {
+		leading = 1
+	}
+	fmt.Fprintf(w, "# HELP leasectl_lease_leader 1 while this replica holds the lease, else 0.\n# TYPE leasectl_lease_leader gauge\nleasectl_lease_leader{%s} %d\n", m.labels, leading)
+	fmt.Fprintf(w, "# HELP leasectl_lease_transitions_total State changes of the lease, by the state entered.\n# TYPE leasectl_lease_transitions_total counter\n")
+	states := make([]string, 0, len(m.transitions))
+	for s := range m.transitions {
+		states = append(states, string(s))
+	}
+	sort.Strings(states)
+	for _, s := range states {
+		fmt.Fprintf(w, "leasectl_lease_transitions_total{%s,state=%q} %d\n", m.labels, s, m.transitions[lease.State(s)])
+	}
+	fmt.Fprintf(w, "# HELP leasectl_lease_program_starts_total Times the program was started.\n# TYPE leasectl_lease_program_starts_total counter\nleasectl_lease_program_starts_total{%s} %d\n", m.labels, m.children)
+	if !m.lastBeat.IsZero() {
+		fmt.Fprintf(w, "# HELP leasectl_lease_heartbeat_age_seconds Seconds since the last round trip that proved the lease session alive.\n# TYPE leasectl_lease_heartbeat_age_seconds gauge\nleasectl_lease_heartbeat_age_seconds{%s} %.3f\n", m.labels, time.Since(m.lastBeat).Seconds())
+	}
+}
+
+// Serve serves h (usually [Metrics.Handler]) on addr until the returned
+// function is called, which shuts the server down within a second. It logs
+// the metrics URL ("serving metrics") to logger, so that a port chosen by
+// the system (addr ":0") can be found. The error is net.Listen's.
+func Serve(addr string, h http.Handler, logger *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	if logger != nil {
+		logger.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
+
+func stateName(s lease.State) string {
+	if s == "" {
+		return "starting"
+	}
+	return string(s)
+}
+
+func httpStatus(w http.ResponseWriter, code int, body string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	fmt.Fprintln(w, body)
+}
+
+// activityHandler passes log records on to Handler and calls mark for each:
+// a log record of the lease loop is a sign of life.
+type activityHandler struct {
+	slog.Handler
+	mark func()
+}
+
+func (h *activityHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.mark()
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h *activityHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &activityHandler{Handler: h.Handler.WithAttrs(attrs), mark: h.mark}
+}
+
+func (h *activityHandler) WithGroup(name string) slog.Handler {
+	return &activityHandler{Handler: h.Handler.WithGroup(name), mark: h.mark}
+}
+
+// escapeLabel escapes a Prometheus label value: backslash, double quote
+// and newline.
+func escapeLabel(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+}
