@@ -216,7 +216,8 @@ func runRun(ctx context.Context, opts *runOptions) error {
 	err = lease.Supervise(leaseCtx, cfg, proc.Work, lease.RestartPolicy{
 		Restart: opts.Restart,
 		Delay:   opts.RetryInterval,
-		OnRestart: func(_ error, after time.Duration) {
+		OnRestart: func(err error, after time.Duration) {
+			metrics.OnRestart(err, after)
 			logger.Info("the program exited; --restart: standing by again", "role", role, "key", key, "after", after)
 		},
 	})

@@ -90,3 +90,19 @@ func TestRunHealthAndReadiness(t *testing.T) {
 	}
 	f.noOverlap()
 }
+
+// TestRunHealthBetweenRestarts: with --restart, the wait between a
+// program's exit and the next lease is part of a healthy run, so /healthz
+// stays 200 through it (a kubelet must not restart the pod for it), while
+// /readyz says it is not ready.
+func TestRunHealthBetweenRestarts(t *testing.T) {
+	f := newRunFixture(t, "poller", 9200051)
+	r := startRun(t, runEnv(f, testLab.DirectDSN()), "--role", "poller", "--restart", "--retry-interval", "10m",
+		"--metrics-addr", "127.0.0.1:0", "--", "true")
+	r.stderr.WaitFor(t, "--restart: standing by again", 1, hang)
+	waitStatus(t, probeURL(t, r, "/healthz"), http.StatusOK, "ok: restarting")
+	waitStatus(t, probeURL(t, r, "/readyz"), http.StatusServiceUnavailable, "not ready: restarting")
+	if code := r.stop(t); code != ExitOK {
+		t.Errorf("exit %d, want 0; stderr:\n%s", code, r.stderr)
+	}
+}

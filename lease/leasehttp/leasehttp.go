@@ -50,6 +50,10 @@ type Metrics struct {
 	children    int
 	// state is the lease's current state, "" before the first one.
 	state lease.State
+	// restartIn is the wait of a restart policy between a run that
+	// stopped and the next one (see [Metrics.OnRestart]); 0 when no
+	// restart is pending.
+	restartIn time.Duration
 	// lastActivity is the last sign of life of the lease loop; staleAfter
 	// is how old it may get before /healthz fails.
 	lastActivity time.Time
@@ -117,7 +121,20 @@ func (m *Metrics) OnStateChange(c lease.Change) {
 	m.leading = c.To == lease.Leading
 	m.transitions[c.To]++
 	m.state = c.To
+	m.restartIn = 0
 	m.lastActivity = m.now()
+}
+
+// OnRestart records that a restart policy will run the lease again after
+// delay: the Stopped state that ended the last run is then not the end of
+// the process, and /healthz stays 200 through the wait (its window grows
+// by delay) while /readyz says "restarting". It fits
+// lease.RestartPolicy.OnRestart.
+func (m *Metrics) OnRestart(_ error, delay time.Duration) {
+	m.mu.Lock()
+	m.restartIn = max(delay, time.Nanosecond)
+	m.lastActivity = m.now()
+	m.mu.Unlock()
 }
 
 // OnHeartbeat records a round trip that proved the lease session alive; it
@@ -155,19 +172,23 @@ func (m *Metrics) Handler() http.Handler {
 
 // ServeHealth answers /healthz: 200 while the lease loop shows signs of
 // life (whatever its state, so that a database outage never gets the
-// process restarted), 503 once it has been silent for longer than its
-// window or the lease has stopped.
+// process restarted), and through a restart policy's wait; 503 once it has
+// been silent for longer than its window or the lease has stopped for good.
 func (m *Metrics) ServeHealth(w http.ResponseWriter, _ *http.Request) {
 	m.mu.Lock()
-	state, quiet, limit := m.state, m.now().Sub(m.lastActivity), m.staleAfter
+	state, quiet, limit, restartIn := m.state, m.now().Sub(m.lastActivity), m.staleAfter, m.restartIn
 	m.mu.Unlock()
+	name := stateName(state)
+	if restartIn > 0 {
+		name, limit = "restarting", limit+restartIn
+	}
 	switch {
-	case state == lease.Stopped:
+	case state == lease.Stopped && restartIn == 0:
 		httpStatus(w, http.StatusServiceUnavailable, "stopped: leasectl run is exiting")
 	case quiet > limit:
 		httpStatus(w, http.StatusServiceUnavailable, fmt.Sprintf("stuck: the lease loop has shown no sign of life for %s (limit %s)", quiet.Round(time.Second), limit))
 	default:
-		httpStatus(w, http.StatusOK, fmt.Sprintf("ok: %s, last sign of life %s ago", stateName(state), quiet.Round(time.Millisecond)))
+		httpStatus(w, http.StatusOK, fmt.Sprintf("ok: %s, last sign of life %s ago", name, quiet.Round(time.Millisecond)))
 	}
 }
 
@@ -177,13 +198,17 @@ func (m *Metrics) ServeHealth(w http.ResponseWriter, _ *http.Request) {
 // stopped.
 func (m *Metrics) ServeReady(w http.ResponseWriter, _ *http.Request) {
 	m.mu.Lock()
-	state := m.state
+	state, restarting := m.state, m.restartIn > 0
 	m.mu.Unlock()
-	switch state {
-	case lease.Leading, lease.StandingBy:
+	name := stateName(state)
+	if restarting {
+		name = "restarting"
+	}
+	switch {
+	case state == lease.Leading || state == lease.StandingBy:
 		httpStatus(w, http.StatusOK, "ready: "+string(state))
 	default:
-		httpStatus(w, http.StatusServiceUnavailable, "not ready: "+stateName(state)+" (ready once leading or standing by on a primary)")
+		httpStatus(w, http.StatusServiceUnavailable, "not ready: "+name+" (ready once leading or standing by on a primary)")
 	}
 }
 

@@ -60,6 +60,21 @@ func TestHealthzFailsWhenTheLeaseLoopIsStuck(t *testing.T) {
 	m.OnStateChange(lease.Change{From: lease.Refused, To: lease.Stopped})
 	check(m.ServeHealth, http.StatusServiceUnavailable, "stopped")
 	check(m.ServeReady, http.StatusServiceUnavailable, "not ready: stopped")
+
+	// A restart policy that runs the lease again in 10m: alive through the
+	// wait and one window after it, not ready; the next run's first state
+	// ends it.
+	m.OnRestart(nil, 10*time.Minute)
+	check(m.ServeHealth, http.StatusOK, "ok: restarting")
+	check(m.ServeReady, http.StatusServiceUnavailable, "not ready: restarting")
+	now = now.Add(11 * time.Minute)
+	check(m.ServeHealth, http.StatusOK, "ok: restarting")
+	now = now.Add(time.Second)
+	check(m.ServeHealth, http.StatusServiceUnavailable, "stuck")
+	m.OnStateChange(lease.Change{From: lease.Stopped, To: lease.Connecting})
+	check(m.ServeHealth, http.StatusOK, "ok: connecting")
+	m.OnStateChange(lease.Change{From: lease.Connecting, To: lease.Stopped})
+	check(m.ServeHealth, http.StatusServiceUnavailable, "stopped")
 }
 
 // TestHealthWindow: the window covers the defaults' quiet stretches and
