@@ -16,7 +16,7 @@ import (
 type failoverOptions struct {
 	app   *App
 	Role  string
-	Key   string // --key: k or k1,k2
+	Key   *locks.Key // --key (k or k1,k2); nil: not given
 	Yes   bool
 	Force bool
 	Wait  time.Duration
@@ -24,7 +24,9 @@ type failoverOptions struct {
 	keyFlag keyFlag
 }
 
-func newFailoverCmd(app *App) *cobra.Command {
+// newFailoverCmd builds `leasectl failover`; runF, when not nil, runs
+// instead of runFailover with the parsed and checked options (tests).
+func newFailoverCmd(app *App, runF func(*failoverOptions) error) *cobra.Command {
 	opts := &failoverOptions{app: app}
 	c := &cobra.Command{
 		Use:   "failover ROLE | --key N",
@@ -73,7 +75,15 @@ their next heartbeat.`,
 			if len(args) == 1 {
 				opts.Role = args[0]
 			}
-			opts.Key = opts.keyFlag.String()
+			if opts.keyFlag.set {
+				opts.Key = &opts.keyFlag.key
+			}
+			if err := opts.validate(); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
+			}
 			return runFailover(c.Context(), opts)
 		},
 	}
@@ -86,33 +96,35 @@ their next heartbeat.`,
 	return c
 }
 
-func runFailover(ctx context.Context, opts *failoverOptions) error {
-	app := opts.app
+// validate checks the flags and arguments, before anything is read or
+// connected.
+func (opts *failoverOptions) validate() error {
 	switch {
-	case opts.Role == "" && opts.Key == "":
+	case opts.Role == "" && opts.Key == nil:
 		return usageErrorf("name the ROLE to fail over, or give --key N")
-	case opts.Role != "" && opts.Key != "":
+	case opts.Role != "" && opts.Key != nil:
 		return usageErrorf("give a ROLE or --key, not both")
 	case opts.Wait <= 0:
 		return usageErrorf("invalid --wait %s: it must be positive, e.g. 15s", opts.Wait)
 	}
-	f, err := loadRoleMap(app, opts.Key != "")
+	return nil
+}
+
+func runFailover(ctx context.Context, opts *failoverOptions) error {
+	app := opts.app
+	f, err := loadRoleMap(app, opts.Key != nil)
 	if err != nil {
 		return err
 	}
 	var key locks.Key
-	if opts.Key != "" {
-		if key, err = locks.ParseKey(opts.Key); err != nil {
-			return usageErrorf("invalid --key: %v", err)
-		}
-	} else if e, ok := f.Role(opts.Role); ok {
-		key = locks.BigintKey(e.Key)
-	} else if _, numeric := locks.ParseKey(opts.Role); numeric == nil {
-		return usageErrorf("%q is not a role of %s: to fail over a bare key, use --key %s", opts.Role, f.Path, opts.Role)
-	} else if meantAsKey(opts.Role) {
-		return usageErrorf("%q is not a role of %s, nor a valid key for --key: %v", opts.Role, f.Path, numeric)
+	if opts.Key != nil {
+		key = *opts.Key
 	} else {
-		return unknownRoleError(opts.Role, f)
+		rk, err := resolveRole(f, opts.Role, keysByFlag, "fail over")
+		if err != nil {
+			return err
+		}
+		key = rk.Key
 	}
 
 	conn, err := app.Connect(ctx, "")
@@ -184,8 +196,8 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 // confirmCommand is the command line that would do it without asking.
 func confirmCommand(opts *failoverOptions) string {
 	args := []string{"leasectl", "failover"}
-	if opts.Key != "" {
-		args = append(args, "--key", opts.Key)
+	if opts.Key != nil {
+		args = append(args, "--key", opts.Key.String())
 	} else {
 		args = append(args, opts.Role)
 	}

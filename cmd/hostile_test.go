@@ -556,7 +556,7 @@ func TestHostileKeysAndRoles(t *testing.T) {
 		{[]string{"verify", ""}, expect{code: ExitUsage, says: []string{`unknown role ""`, known}}},
 		{[]string{"verify", "nosuch"}, expect{code: ExitUsage, says: []string{`unknown role "nosuch"`, known}}},
 		{[]string{"run", "--role", "", "--", "true"}, expect{code: ExitUsage, says: []string{"give exactly one of --role ROLE"}, usage: true}},
-		{[]string{"run", "--role", "nosuch", "--", "true"}, expect{code: ExitUsage, says: []string{`role "nosuch" is not in`, "(roles: poller, scheduler)"}}},
+		{[]string{"run", "--role", "nosuch", "--", "true"}, expect{code: ExitUsage, says: []string{`unknown role "nosuch"`, known, "(or give a bare key with --key N)"}}},
 		{[]string{"run", "--key", "99999999999999999999", "--", "true"}, expect{code: ExitUsage, says: []string{`invalid argument "99999999999999999999" for "--key"`}, usage: true}},
 		{[]string{"probe", "--probe-key", "0"}, expect{code: ExitUsage, says: []string{"invalid --probe-key 0"}, usage: true}},
 		{[]string{"probe", "--probe-key", strconv.Itoa(hostilePollerKey)}, expect{code: ExitUsage, says: []string{`is the key of role "poller"`, "pass another --probe-key"}, usage: true}},

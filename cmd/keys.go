@@ -31,7 +31,7 @@ previous release and fails on changes that break a rolling deploy, the way
 		Args: noArgs,
 		RunE: parentRunE,
 	}
-	c.AddCommand(newKeysLintCmd(app), newKeysDiffCmd(app))
+	c.AddCommand(newKeysLintCmd(app, nil), newKeysDiffCmd(app, nil))
 	setOutputs(c, formatText, formatJSON, formatGH)
 	return c
 }
@@ -75,7 +75,9 @@ type keysLintOptions struct {
 	Format string
 }
 
-func newKeysLintCmd(app *App) *cobra.Command {
+// newKeysLintCmd builds `leasectl keys lint`; runF, when not nil, runs
+// instead of runKeysLint with the parsed options (tests).
+func newKeysLintCmd(app *App, runF func(*keysLintOptions) error) *cobra.Command {
 	opts := &keysLintOptions{app: app}
 	c := &cobra.Command{
 		Use:   "lint [FILE]",
@@ -95,6 +97,9 @@ Rules:
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := keysArgs(app, args, &opts.Format, &opts.File); err != nil {
 				return err
+			}
+			if runF != nil {
+				return runF(opts)
 			}
 			return runKeysLint(c.Context(), opts)
 		},
@@ -207,7 +212,9 @@ type keysDiffOptions struct {
 	Format           string
 }
 
-func newKeysDiffCmd(app *App) *cobra.Command {
+// newKeysDiffCmd builds `leasectl keys diff`; runF, when not nil, runs
+// instead of runKeysDiff with the parsed and checked options (tests).
+func newKeysDiffCmd(app *App, runF func(*keysDiffOptions) error) *cobra.Command {
 	opts := &keysDiffOptions{app: app}
 	c := &cobra.Command{
 		Use:   "diff [FILE] [--base REF | --base-file PATH]",
@@ -245,6 +252,9 @@ Rules:
 			}
 			if opts.Base != "" && opts.BaseFile != "" {
 				return usageErrorf("--base and --base-file exclude each other: compare with a git ref or with a file")
+			}
+			if runF != nil {
+				return runF(opts)
 			}
 			return runKeysDiff(c.Context(), opts)
 		},

@@ -27,7 +27,9 @@ type probeOptions struct {
 	keyFlag    keyFlag
 }
 
-func newProbeCmd(app *App) *cobra.Command {
+// newProbeCmd builds `leasectl probe`; runF, when not nil, runs instead of
+// runProbe with the parsed and checked options (tests).
+func newProbeCmd(app *App, runF func(*probeOptions) error) *cobra.Command {
 	opts := &probeOptions{app: app}
 	c := &cobra.Command{
 		Use:   "probe [DSN]",
@@ -78,6 +80,9 @@ $LEASECTL_DSN, $DATABASE_URL or libpq's PG* variables.`, locks.ProbeKeyBase, loc
 			opts.Key = opts.keyFlag.key.ID
 			if opts.keyFlag.set && opts.Key == 0 {
 				return usageErrorf("invalid --probe-key 0: pick a key no role uses, or leave the flag out for a random one")
+			}
+			if runF != nil {
+				return runF(opts)
 			}
 			return runProbe(c.Context(), opts)
 		},

@@ -172,8 +172,8 @@ while they hold the lease.`,
 		group *cobra.Group
 		cmds  []*cobra.Command
 	}{
-		{&cobra.Group{ID: "check", Title: "Check a deployment:"}, []*cobra.Command{newProbeCmd(app), newWhoCmd(app), newVerifyCmd(app)}},
-		{&cobra.Group{ID: "act", Title: "Run and move leases:"}, []*cobra.Command{newRunCmd(app), newFailoverCmd(app)}},
+		{&cobra.Group{ID: "check", Title: "Check a deployment:"}, []*cobra.Command{newProbeCmd(app, nil), newWhoCmd(app, nil), newVerifyCmd(app, nil)}},
+		{&cobra.Group{ID: "act", Title: "Run and move leases:"}, []*cobra.Command{newRunCmd(app, nil), newFailoverCmd(app, nil)}},
 		{&cobra.Group{ID: "config", Title: "Keys and tools:"}, []*cobra.Command{newKeysCmd(app), newLabCmd(app), newVersionCmd(app)}},
 	}
 	for _, g := range groups {

@@ -231,7 +231,8 @@ func TestRunUsageAndInputErrors(t *testing.T) {
 		{"log format", []string{"run", "--role", "poller", "-o", "xml", "--", "true"}, `invalid -o/--output "xml"`},
 		{"deprecated log format", []string{"run", "--role", "poller", "--log-format", "xml", "--", "true"}, `invalid -o/--output "xml"`},
 		{"grace", []string{"run", "--role", "poller", "--grace", "0s", "--", "true"}, "invalid --grace"},
-		{"unknown role", []string{"run", "--role", "sweeper", "--", "true"}, `role "sweeper" is not in ` + f.keys + " (roles: poller)"},
+		{"unknown role", []string{"run", "--role", "sweeper", "--", "true"}, `unknown role "sweeper": ` + f.keys + " has poller (or give a bare key with --key N)"},
+		{"numeric role", []string{"run", "--role", "9200001", "--", "true"}, `"9200001" is not a role of ` + f.keys + ": to hold a bare key, use --key 9200001"},
 		{"missing program", []string{"run", "--role", "poller", "--", "/nonexistent/worker"}, `cannot run "/nonexistent/worker"`},
 		{"probe key", []string{"run", "--key", strconv.FormatInt(locks.DefaultProbeKey, 10), "--", "true"}, "probe's key"},
 	} {

@@ -27,14 +27,18 @@ const defaultWatchInterval = 2 * time.Second
 
 type whoOptions struct {
 	app   *App
-	Args  []string
+	Args  []string // ROLE names and KEYs
 	All   bool
 	Stale time.Duration
 	Check bool
 	Watch time.Duration // 0: draw once
+	// WatchGiven: --watch was given (Watch holds its interval).
+	WatchGiven bool
 }
 
-func newWhoCmd(app *App) *cobra.Command {
+// newWhoCmd builds `leasectl who`; runF, when not nil, runs instead of
+// runWho with the parsed and checked options (tests).
+func newWhoCmd(app *App, runF func(*whoOptions) error) *cobra.Command {
 	opts := &whoOptions{app: app}
 	c := &cobra.Command{
 		Use:   "who [ROLE|KEY ...]",
@@ -77,7 +81,14 @@ characters escaped (\x1b, \r, \u202e).`,
 		ValidArgsFunction: completeRoles(app),
 		RunE: func(c *cobra.Command, args []string) error {
 			opts.Args = args
-			return runWho(c.Context(), opts, c.Flags().Changed("watch"))
+			opts.WatchGiven = c.Flags().Changed("watch")
+			if err := opts.validate(); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return runWho(c.Context(), opts)
 		},
 	}
 	c.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -114,11 +125,8 @@ type whoSelection struct {
 	want  []locks.Key // the keys to show, free ones included
 }
 
-func runWho(ctx context.Context, opts *whoOptions, watchGiven bool) error {
-	if err := checkWatchArg(opts.app.args); err != nil {
-		return err
-	}
-	sel, err := opts.parse(watchGiven)
+func runWho(ctx context.Context, opts *whoOptions) error {
+	sel, err := opts.selection()
 	if err != nil {
 		return err
 	}
@@ -143,18 +151,20 @@ func runWho(ctx context.Context, opts *whoOptions, watchGiven bool) error {
 	return nil
 }
 
-// parse checks the flags and resolves the arguments: what to show, before
-// anything connects.
-func (opts *whoOptions) parse(watchGiven bool) (whoSelection, error) {
+// validate checks the flags, before anything is read or connected.
+func (opts *whoOptions) validate() error {
+	if err := checkWatchArg(opts.app.args); err != nil {
+		return err
+	}
 	switch {
 	case opts.Stale <= 0:
-		return whoSelection{}, usageErrorf("invalid --stale %s: it must be positive, e.g. 45s", opts.Stale)
+		return usageErrorf("invalid --stale %s: it must be positive, e.g. 45s", opts.Stale)
 	case opts.Check && opts.Watch > 0:
-		return whoSelection{}, usageErrorf("--check and --watch do not combine: --check is one verdict, --watch never ends")
-	case watchGiven && opts.Watch < 100*time.Millisecond:
-		return whoSelection{}, usageErrorf("invalid --watch %s: use an interval of at least 100ms, e.g. --watch=2s", opts.Watch)
+		return usageErrorf("--check and --watch do not combine: --check is one verdict, --watch never ends")
+	case opts.WatchGiven && opts.Watch < 100*time.Millisecond:
+		return usageErrorf("invalid --watch %s: use an interval of at least 100ms, e.g. --watch=2s", opts.Watch)
 	}
-	return opts.selection()
+	return nil
 }
 
 // checkWatchArg refuses `--watch 5` and `--watch 5s`: --watch takes its
@@ -206,12 +216,12 @@ func (opts *whoOptions) selection() (whoSelection, error) {
 		}
 		return sel, nil
 	}
-	for _, a := range opts.Args {
-		k, err := roleOrKey(f, a)
-		if err != nil {
-			return sel, err
-		}
-		sel.want = append(sel.want, k)
+	rks, err := resolveRoles(f, opts.Args, keysAsArgs, "show")
+	if err != nil {
+		return sel, err
+	}
+	for _, rk := range rks {
+		sel.want = append(sel.want, rk.Key)
 	}
 	return sel, nil
 }
