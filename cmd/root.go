@@ -80,11 +80,16 @@ func Execute(args []string) int {
 
 // Run executes the command line args with app and returns the exit code.
 func Run(ctx context.Context, app *App, args []string) int {
+	return runTree(ctx, app, NewRootCmd(app), args)
+}
+
+// runTree executes args with root, a tree NewRootCmd built for app (tests
+// put commands with their own runF in it), and returns the exit code.
+func runTree(ctx context.Context, app *App, root *cobra.Command, args []string) int {
 	if args == nil {
 		args = []string{} // cobra would read os.Args
 	}
 	app.args = args
-	root := NewRootCmd(app)
 	root.SetArgs(args)
 	c, err := root.ExecuteContextC(ctx)
 	if err != nil {
