@@ -148,9 +148,9 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 	}
 	cfg := conn.Config()
 	if !opts.Yes || !app.JSON() {
-		lay := whoLayoutOf(app)
+		lay := sessionLayoutOf(app)
 		if app.JSON() {
-			lay = whoLayout{Wide: true} // on stderr, as it always was
+			lay = sessionLayout{Wide: true} // on stderr, as it always was
 		}
 		if err := renderTarget(pre, st, color, target, dbconn.Addr(&cfg.Config), lay); err != nil {
 			return err
@@ -226,7 +226,7 @@ func sessionAge(s locks.Claimant, now time.Time) string {
 
 // renderTarget shows what a failover would act on: the server, the holder
 // and the waiters, as `who` shows them.
-func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr string, lay whoLayout) error {
+func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr string, lay sessionLayout) error {
 	paint := painter(color)
 	var b strings.Builder
 	b.WriteString(serverLine(st, color, t.Server, addr, lay.Width))
@@ -319,20 +319,6 @@ func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, wai
 	return err
 }
 
-func orQuoted(s string) string {
-	if s == "" {
-		return `""`
-	}
-	return s
-}
-
-// fmtMillis renders a short duration in milliseconds: "12.3 ms".
-func fmtMillis(d time.Duration) string {
-	return fmt.Sprintf("%.1f ms", millis(d))
-}
-
-func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
 // ---- JSON ----
 
 // failoverCmdJSON is the documented schema of `leasectl failover -o json`
@@ -342,79 +328,4 @@ type failoverCmdJSON struct {
 	Server   dbconn.ServerInfo `json:"server"`
 	ViaProxy bool              `json:"via_proxy"`
 	failoverJSON
-}
-
-// failoverJSON is one failover, in failover's output and in verify's
-// clean_failover results.
-type failoverJSON struct {
-	Role          *string      `json:"role"`
-	Key           string       `json:"key"`
-	Path          string       `json:"path"`
-	Resign        *resignJSON  `json:"resign"`
-	OldHolder     sessionJSON  `json:"old_holder"`
-	OldGone       bool         `json:"old_gone"`
-	TerminateMS   *float64     `json:"terminate_ms"`
-	TookOver      bool         `json:"took_over"`
-	NewHolder     *sessionJSON `json:"new_holder"`
-	TakeoverMS    *float64     `json:"takeover_ms"`
-	TakeoverClock *string      `json:"takeover_clock"`
-	// ReleasedBeforeSignal: the terminated holder had released the key in
-	// the moment between the holder check and the signal.
-	ReleasedBeforeSignal bool `json:"released_before_signal"`
-}
-
-// resignJSON is the request to step down.
-type resignJSON struct {
-	Answered    bool     `json:"answered"`
-	AnswerMS    *float64 `json:"answer_ms"`
-	Released    bool     `json:"released"`
-	ReleaseMS   *float64 `json:"release_ms"`
-	StopTimeout *float64 `json:"stop_timeout_ms"`
-	Fallback    *string  `json:"fallback"`
-}
-
-// takeoverClock names the clock the takeover time was measured on.
-func takeoverClock(tk *locks.Takeover) string {
-	if tk.ByServerClock {
-		return "server"
-	}
-	return "client"
-}
-
-func failoverJSONOf(res *locks.Failover) failoverJSON {
-	t := res.Target
-	j := failoverJSON{
-		Key:       t.Locks.Key.String(),
-		Path:      res.Path,
-		OldHolder: sessionJSONOf(t.Holder, t.Now, 0), // no staleness threshold applies
-	}
-	if t.Locks.Role != "" {
-		j.Role = &t.Locks.Role
-	}
-	if rs := res.Resign; rs != nil {
-		r := &resignJSON{Answered: rs.Answered, Released: rs.Released}
-		if rs.Answered {
-			ms, stop := millis(rs.AnswerTook), float64(rs.Ack.StopTimeoutMS)
-			r.AnswerMS, r.StopTimeout = &ms, &stop
-		}
-		if rs.Released {
-			ms := millis(rs.ReleaseTook)
-			r.ReleaseMS = &ms
-		}
-		if rs.Fallback != "" {
-			r.Fallback = &rs.Fallback
-		}
-		j.Resign = r
-	}
-	if term := res.Termination; term != nil {
-		ms := millis(term.Took)
-		j.OldGone, j.TerminateMS = term.Gone, &ms
-	}
-	if tk := res.Takeover; tk != nil {
-		nh := sessionJSONOf(tk.Holder, tk.Now, 0)
-		ms, clock := millis(tk.After), takeoverClock(tk)
-		j.TookOver, j.NewHolder, j.TakeoverMS, j.TakeoverClock = true, &nh, &ms, &clock
-		j.ReleasedBeforeSignal = tk.BeforeSignal
-	}
-	return j
 }

@@ -294,7 +294,7 @@ func TestHostileDSNs(t *testing.T) {
 // runKeepsTrying starts `leasectl run` (args start with the global flags),
 // waits until it has logged a failed attempt naming the cause twice, stops
 // it the way SIGTERM does (its context ends), and checks that it stopped
-// cleanly: exit 0 while standing by (README), no password, no trace, and
+// cleanly: exit 0 while standing by (docs/guide/run.md), no password, no trace, and
 // the program never ran. It returns what leasectl printed.
 func runKeepsTrying(t *testing.T, args []string, logged ...string) string {
 	t.Helper()

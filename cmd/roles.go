@@ -1,16 +1,10 @@
 package cmd
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"strconv"
 	"strings"
 
-	"github.com/charmbracelet/lipgloss"
-	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/locks"
 )
@@ -116,63 +110,4 @@ func unknownRoleError(name string, f *keys.File, how keyArgs) error {
 		return &InputError{Err: fmt.Errorf("unknown role %q: %s has no roles%s", name, f.Path, instead)}
 	}
 	return &InputError{Err: fmt.Errorf("unknown role %q: %s has %s%s", name, f.Path, strings.Join(f.Names(), ", "), orKey)}
-}
-
-// serverLine names the server that answered, in one line; when that is
-// wider than width (0: no limit), its parts go on further lines, indented.
-func serverLine(st styles, color bool, server dbconn.ServerInfo, addr string, width int) string {
-	if server.Addr != "" {
-		addr = net.JoinHostPort(server.Addr, strconv.Itoa(server.Port))
-	}
-	label := "server"
-	if color {
-		label = st.Bold.Render(label)
-	}
-	parts := []string{"PostgreSQL " + termSafe(shortVersion(server.Version)), "database " + termSafe(server.Database), "as " + termSafe(server.User)}
-	var b strings.Builder
-	b.WriteString(label + " " + termSafe(addr))
-	lineW := textWidth("server " + termSafe(addr))
-	for _, p := range parts {
-		if width > 0 && lineW+3+textWidth(p) > width {
-			b.WriteString("\n  " + p)
-			lineW = 2 + textWidth(p)
-			continue
-		}
-		b.WriteString(" · " + p)
-		lineW += 3 + textWidth(p)
-	}
-	b.WriteString("\n")
-	return b.String()
-}
-
-// painter renders text in a style only when colour is on: lipgloss costs
-// microseconds a cell, and who --all can have 10,000 rows.
-func painter(color bool) func(lipgloss.Style, string) string {
-	return func(s lipgloss.Style, text string) string {
-		if !color {
-			return text
-		}
-		return s.Render(text)
-	}
-}
-
-// confirm asks question on w and reads the answer from the terminal: only
-// "y" or "yes" is a yes; end of input is a no.
-func confirm(app *App, w io.Writer, question string) (bool, error) {
-	if _, err := fmt.Fprintf(w, "%s [y/N] ", question); err != nil {
-		return false, err
-	}
-	line, err := bufio.NewReader(app.IO.In).ReadString('\n')
-	if err != nil && line == "" {
-		fmt.Fprintln(w)
-		if errors.Is(err, io.EOF) {
-			return false, nil
-		}
-		return false, err
-	}
-	switch strings.ToLower(strings.TrimSpace(line)) {
-	case "y", "yes":
-		return true, nil
-	}
-	return false, nil
 }

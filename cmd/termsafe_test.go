@@ -360,8 +360,8 @@ func TestOutputFitsTheWidth(t *testing.T) {
 		t.Fatalf("who: exit %d\n%s%s", narrow.Code, narrow.Stdout, narrow.Stderr)
 	}
 	linesWithin(t, "who", narrow.Stdout, 80)
-	if h := tableHeader(t, narrow.Stdout); !slices.Equal(h, whoNarrowColumns) {
-		t.Errorf("who on a terminal: columns %q, want %q", h, whoNarrowColumns)
+	if h := tableHeader(t, narrow.Stdout); !slices.Equal(h, sessionNarrowColumns) {
+		t.Errorf("who on a terminal: columns %q, want %q", h, sessionNarrowColumns)
 	}
 	row(t, narrow.Stdout, "poller", "HELD,", "1", "waiting", pidOf(t, leaderConn), "poller-7f9c", "idle")
 	row(t, narrow.Stdout, "scheduler", "HELD", pidOf(t, sched), "leasectl", "run", "scheduler@vm1")
@@ -376,8 +376,8 @@ func TestOutputFitsTheWidth(t *testing.T) {
 		{"who -o wide, piped", 0, []string{"who", "-o", "wide"}},
 	} {
 		res := runSized(t, nil, false, tc.width, "", append(global, tc.args...)...)
-		if h := tableHeader(t, res.Stdout); !slices.Equal(h, whoColumns) {
-			t.Errorf("%s: columns %q, want every column %q", tc.name, h, whoColumns)
+		if h := tableHeader(t, res.Stdout); !slices.Equal(h, sessionColumns) {
+			t.Errorf("%s: columns %q, want every column %q", tc.name, h, sessionColumns)
 		}
 		row(t, res.Stdout, "poller", strconv.Itoa(widthPollerKey), "HELD,", "1", "waiting", pidOf(t, leaderConn), needLab(t).User, "poller-7f9c", "idle")
 	}

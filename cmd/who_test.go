@@ -326,7 +326,7 @@ func TestWhoStandbyWarning(t *testing.T) {
 	}
 }
 
-// The JSON schema documented in README.md, field by field.
+// The JSON schema documented in docs/json.md, field by field.
 var (
 	whoJSONFields     = []string{"schema_version", "ok", "server", "now", "stale_after_ms", "leases", "hidden", "reveal_grant"}
 	serverJSONFields  = []string{"version", "version_num", "addr", "port", "in_recovery", "database", "user", "backend_pid", "system_identifier", "postmaster_start_time"}

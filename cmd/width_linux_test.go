@@ -75,8 +75,8 @@ func TestWhoOnAPseudoTerminal(t *testing.T) {
 			t.Errorf("COLUMNS %q: no styles on a terminal:\n%q", tc.columns, out)
 		}
 		linesWithin(t, "who on a pseudo-terminal", out, tc.width)
-		if h := tableHeader(t, sgrOnly.ReplaceAllString(out, "")); strings.Join(h, ",") != strings.Join(whoNarrowColumns, ",") {
-			t.Errorf("COLUMNS %q: columns %q, want %q", tc.columns, h, whoNarrowColumns)
+		if h := tableHeader(t, sgrOnly.ReplaceAllString(out, "")); strings.Join(h, ",") != strings.Join(sessionNarrowColumns, ",") {
+			t.Errorf("COLUMNS %q: columns %q, want %q", tc.columns, h, sessionNarrowColumns)
 		}
 		row(t, sgrOnly.ReplaceAllString(out, ""), "poller", "HELD", "poller-7f9c")
 		noRawControls(t, "who on a pseudo-terminal", out)
