@@ -89,6 +89,7 @@ func stubAll(ran *[]string) func(app *App) []*cobra.Command {
 			newRunCmd(app, func(*runOptions) error { mark("run"); return nil }),
 			newKeysLintCmd(app, func(*keysLintOptions) error { mark("keys lint"); return nil }),
 			newKeysDiffCmd(app, func(*keysDiffOptions) error { mark("keys diff"); return nil }),
+			newLabCmd(app, func(o *labOptions) error { mark("lab " + o.Op); return nil }),
 		}
 	}
 }

@@ -82,6 +82,16 @@ func TestFlagsParseIntoOptions(t *testing.T) {
 				return newKeysDiffCmd(app, func(o *keysDiffOptions) error { *got = *o; return nil })
 			},
 			keysDiffOptions{Base: "v1.0.0", Format: "json"}},
+		{[]string{"lab", "up", "--standby", "--pooler", "tx1=transaction:1", "--dir", "/tmp/lab-x"},
+			func(app *App, got *any) *cobra.Command {
+				return newLabCmd(app, func(o *labOptions) error { *got = *o; return nil })
+			},
+			labOptions{Dir: "/tmp/lab-x", Standby: true, Poolers: []string{"tx1=transaction:1"}, Shell: "sh", Op: "up"}},
+		{[]string{"lab", "revive", "node2", "--dir", "/tmp/lab-x"},
+			func(app *App, got *any) *cobra.Command {
+				return newLabCmd(app, func(o *labOptions) error { *got = *o; return nil })
+			},
+			labOptions{Dir: "/tmp/lab-x", Shell: "sh", Node: "node2", Op: "revive"}},
 	} {
 		var got any
 		res := runStubbed(t, nil, func(app *App) []*cobra.Command { return []*cobra.Command{tc.build(app, &got)} }, tc.args...)
@@ -118,6 +128,9 @@ func comparable(o any) any {
 		o.app = nil
 		return o
 	case keysDiffOptions:
+		o.app = nil
+		return o
+	case labOptions:
 		o.app = nil
 		return o
 	}

@@ -179,7 +179,7 @@ while they hold the lease.`,
 	}{
 		{&cobra.Group{ID: "check", Title: "Check a deployment:"}, []*cobra.Command{newProbeCmd(app, nil), newWhoCmd(app, nil), newVerifyCmd(app, nil)}},
 		{&cobra.Group{ID: "act", Title: "Run and move leases:"}, []*cobra.Command{newRunCmd(app, nil), newFailoverCmd(app, nil)}},
-		{&cobra.Group{ID: "config", Title: "Keys and tools:"}, []*cobra.Command{newKeysCmd(app), newLabCmd(app), newVersionCmd(app)}},
+		{&cobra.Group{ID: "config", Title: "Keys and tools:"}, []*cobra.Command{newKeysCmd(app), newLabCmd(app, nil), newVersionCmd(app)}},
 	}
 	for _, g := range groups {
 		root.AddGroup(g.group)
