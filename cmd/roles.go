@@ -11,7 +11,8 @@ import (
 
 // What the commands that act on roles (who, failover, verify, run) share:
 // loading the role map and resolving ROLE and KEY arguments, in one place
-// with one set of messages.
+// with one set of messages; and the check that the probe's key (probe,
+// verify --pooler-dsn) is no role's.
 
 // loadRoleMap loads the keys file. When keysOptional is true (only numeric
 // keys were asked for) a missing file is an empty role map, unless the file
@@ -110,4 +111,30 @@ func unknownRoleError(name string, f *keys.File, how keyArgs) error {
 		return &InputError{Err: fmt.Errorf("unknown role %q: %s has no roles%s", name, f.Path, instead)}
 	}
 	return &InputError{Err: fmt.Errorf("unknown role %q: %s has %s%s", name, f.Path, strings.Join(f.Names(), ", "), orKey)}
+}
+
+// checkProbeKeyIsFree refuses a probe key that a role of the keys file uses
+// (key 0: a random key of the probe's range, which no role may use):
+// probing would contend with, or look like, that role's leader. A missing
+// keys file is fine: probe is often run before there is one.
+func checkProbeKeyIsFree(app *App, key int64) error {
+	f, err := app.LoadKeys()
+	if err != nil {
+		if _, missing := err.(*keys.NotFoundError); missing && app.Global.Keys == "" && app.Getenv("LEASECTL_KEYS") == "" {
+			return nil
+		}
+		return err
+	}
+	if key == 0 {
+		for _, e := range f.Roles {
+			if locks.IsProbeKey(e.Key) {
+				return &InputError{Err: fmt.Errorf("role %q in %s uses key %d, in the range the probe takes its keys from (keys lint rejects it): give the role another key, or pass --probe-key", e.Name, f.Path, e.Key)}
+			}
+		}
+		return nil
+	}
+	if e, ok := f.ByKey(key); ok {
+		return usageErrorf("probe key %d is the key of role %q in %s: pass another --probe-key", key, e.Name, f.Path)
+	}
+	return nil
 }

@@ -301,9 +301,6 @@ func renderWho(w io.Writer, opts *whoOptions, v *whoView) error {
 	return renderWhoText(w, opts.app.styles(), opts.app.Color(), v, sessionLayoutOf(opts.app))
 }
 
-// outputWide is who's -o wide: text with every column.
-const outputWide = "wide"
-
 // watchWho redraws until ctx ends (Ctrl-C): in place on a terminal, as a
 // stream of frames with a separator otherwise, one JSON document a frame
 // with -o json. A failed reading is reported (in the frame; on stderr for
