@@ -344,7 +344,8 @@ func TestFailoverUsage(t *testing.T) {
 		{[]string{"poller", "--wait", "0s"}, "invalid --wait"},
 		{[]string{"a", "b"}, "at most 1"},
 	} {
-		res := failover(t, tc.args...)
+		// Each is refused before failover connects: the DSN points nowhere.
+		res := runCLI(t, nil, append([]string{"--dsn", "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", "--keys", foKeys(t), "failover"}, tc.args...)...)
 		if res.Code != ExitUsage || !strings.Contains(res.Stderr, tc.want) {
 			t.Errorf("failover %q: exit %d, stderr %q; want 2 and %q", tc.args, res.Code, res.Stderr, tc.want)
 		}
