@@ -84,10 +84,16 @@ func NewLazy(opts lab.Options) *Lazy { return &Lazy{opts: opts} }
 func (z *Lazy) Get(t testing.TB) *lab.Lab {
 	t.Helper()
 	z.once.Do(z.start)
-	if z.err != nil {
-		t.Fatal(z.err)
+	z.mu.Lock()
+	l, err := z.lab, z.err
+	z.mu.Unlock()
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case l == nil:
+		t.Fatal("the test lab was asked for after the tests ended")
 	}
-	return z.lab
+	return l
 }
 
 // start starts the lab and its watchdog, once.
