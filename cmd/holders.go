@@ -13,9 +13,8 @@ import (
 	"github.com/leasectl/leasectl/locks"
 )
 
-// The session table that who, failover (the holder it acts on) and verify
-// share: one row per session that holds or awaits a key, fitted to the
-// terminal.
+// The session table that who and failover (the holder it acts on) share:
+// one row per session that holds or awaits a key, fitted to the terminal.
 
 // sessionLayout is how the text of who (and of failover's holder table) is
 // laid out.
