@@ -413,7 +413,11 @@ func TestWhoNeverPrintsThePassword(t *testing.T) {
 
 func TestWhoInputErrors(t *testing.T) {
 	keysPath := whoKeys(t)
-	res := who(t, keysPath, "pollr")
+	// These are refused before who connects: the DSN points nowhere.
+	refused := func(args ...string) cliResult {
+		return runCLI(t, nil, append([]string{"--dsn", "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", "--keys", keysPath, "who"}, args...)...)
+	}
+	res := refused("pollr")
 	if res.Code != ExitUsage || !strings.Contains(res.Stderr, `unknown role "pollr"`) ||
 		!strings.Contains(res.Stderr, "poller, scheduler, reconciler") || strings.Contains(res.Stderr, "goroutine") {
 		t.Errorf("unknown role: exit %d, stderr %q", res.Code, res.Stderr)
@@ -424,7 +428,7 @@ func TestWhoInputErrors(t *testing.T) {
 		{"--watch=1ms"},
 		{"--bogus"},
 	} {
-		if res := who(t, keysPath, args...); res.Code != ExitUsage || !strings.HasPrefix(res.Stderr, "error: ") {
+		if res := refused(args...); res.Code != ExitUsage || !strings.HasPrefix(res.Stderr, "error: ") {
 			t.Errorf("%v: exit %d, stderr %q; want 2", args, res.Code, res.Stderr)
 		}
 	}
