@@ -16,7 +16,7 @@ import (
 type failoverOptions struct {
 	app   *App
 	Role  string
-	Key   string // --key: k or k1,k2
+	Key   *locks.Key // --key (k or k1,k2); nil: not given
 	Yes   bool
 	Force bool
 	Wait  time.Duration
@@ -24,7 +24,9 @@ type failoverOptions struct {
 	keyFlag keyFlag
 }
 
-func newFailoverCmd(app *App) *cobra.Command {
+// newFailoverCmd builds `leasectl failover`; runF, when not nil, runs
+// instead of runFailover with the parsed and checked options (tests).
+func newFailoverCmd(app *App, runF func(*failoverOptions) error) *cobra.Command {
 	opts := &failoverOptions{app: app}
 	c := &cobra.Command{
 		Use:   "failover ROLE | --key N",
@@ -73,7 +75,15 @@ their next heartbeat.`,
 			if len(args) == 1 {
 				opts.Role = args[0]
 			}
-			opts.Key = opts.keyFlag.String()
+			if opts.keyFlag.set {
+				opts.Key = &opts.keyFlag.key
+			}
+			if err := opts.validate(); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
+			}
 			return runFailover(c.Context(), opts)
 		},
 	}
@@ -86,33 +96,35 @@ their next heartbeat.`,
 	return c
 }
 
-func runFailover(ctx context.Context, opts *failoverOptions) error {
-	app := opts.app
+// validate checks the flags and arguments, before anything is read or
+// connected.
+func (opts *failoverOptions) validate() error {
 	switch {
-	case opts.Role == "" && opts.Key == "":
+	case opts.Role == "" && opts.Key == nil:
 		return usageErrorf("name the ROLE to fail over, or give --key N")
-	case opts.Role != "" && opts.Key != "":
+	case opts.Role != "" && opts.Key != nil:
 		return usageErrorf("give a ROLE or --key, not both")
 	case opts.Wait <= 0:
 		return usageErrorf("invalid --wait %s: it must be positive, e.g. 15s", opts.Wait)
 	}
-	f, err := loadRoleMap(app, opts.Key != "")
+	return nil
+}
+
+func runFailover(ctx context.Context, opts *failoverOptions) error {
+	app := opts.app
+	f, err := loadRoleMap(app, opts.Key != nil)
 	if err != nil {
 		return err
 	}
 	var key locks.Key
-	if opts.Key != "" {
-		if key, err = locks.ParseKey(opts.Key); err != nil {
-			return usageErrorf("invalid --key: %v", err)
-		}
-	} else if e, ok := f.Role(opts.Role); ok {
-		key = locks.BigintKey(e.Key)
-	} else if _, numeric := locks.ParseKey(opts.Role); numeric == nil {
-		return usageErrorf("%q is not a role of %s: to fail over a bare key, use --key %s", opts.Role, f.Path, opts.Role)
-	} else if meantAsKey(opts.Role) {
-		return usageErrorf("%q is not a role of %s, nor a valid key for --key: %v", opts.Role, f.Path, numeric)
+	if opts.Key != nil {
+		key = *opts.Key
 	} else {
-		return unknownRoleError(opts.Role, f)
+		rk, err := resolveRole(f, opts.Role, keysByFlag, "fail over")
+		if err != nil {
+			return err
+		}
+		key = rk.Key
 	}
 
 	conn, err := app.Connect(ctx, "")
@@ -136,9 +148,9 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 	}
 	cfg := conn.Config()
 	if !opts.Yes || !app.JSON() {
-		lay := whoLayoutOf(app)
+		lay := sessionLayoutOf(app)
 		if app.JSON() {
-			lay = whoLayout{Wide: true} // on stderr, as it always was
+			lay = sessionLayout{Wide: true} // on stderr, as it always was
 		}
 		if err := renderTarget(pre, st, color, target, dbconn.Addr(&cfg.Config), lay); err != nil {
 			return err
@@ -184,8 +196,8 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 // confirmCommand is the command line that would do it without asking.
 func confirmCommand(opts *failoverOptions) string {
 	args := []string{"leasectl", "failover"}
-	if opts.Key != "" {
-		args = append(args, "--key", opts.Key)
+	if opts.Key != nil {
+		args = append(args, "--key", opts.Key.String())
 	} else {
 		args = append(args, opts.Role)
 	}
@@ -214,7 +226,7 @@ func sessionAge(s locks.Claimant, now time.Time) string {
 
 // renderTarget shows what a failover would act on: the server, the holder
 // and the waiters, as `who` shows them.
-func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr string, lay whoLayout) error {
+func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr string, lay sessionLayout) error {
 	paint := painter(color)
 	var b strings.Builder
 	b.WriteString(serverLine(st, color, t.Server, addr, lay.Width))
@@ -307,20 +319,6 @@ func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, wai
 	return err
 }
 
-func orQuoted(s string) string {
-	if s == "" {
-		return `""`
-	}
-	return s
-}
-
-// fmtMillis renders a short duration in milliseconds: "12.3 ms".
-func fmtMillis(d time.Duration) string {
-	return fmt.Sprintf("%.1f ms", millis(d))
-}
-
-func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
 // ---- JSON ----
 
 // failoverCmdJSON is the documented schema of `leasectl failover -o json`
@@ -330,79 +328,4 @@ type failoverCmdJSON struct {
 	Server   dbconn.ServerInfo `json:"server"`
 	ViaProxy bool              `json:"via_proxy"`
 	failoverJSON
-}
-
-// failoverJSON is one failover, in failover's output and in verify's
-// clean_failover results.
-type failoverJSON struct {
-	Role          *string      `json:"role"`
-	Key           string       `json:"key"`
-	Path          string       `json:"path"`
-	Resign        *resignJSON  `json:"resign"`
-	OldHolder     sessionJSON  `json:"old_holder"`
-	OldGone       bool         `json:"old_gone"`
-	TerminateMS   *float64     `json:"terminate_ms"`
-	TookOver      bool         `json:"took_over"`
-	NewHolder     *sessionJSON `json:"new_holder"`
-	TakeoverMS    *float64     `json:"takeover_ms"`
-	TakeoverClock *string      `json:"takeover_clock"`
-	// ReleasedBeforeSignal: the terminated holder had released the key in
-	// the moment between the holder check and the signal.
-	ReleasedBeforeSignal bool `json:"released_before_signal"`
-}
-
-// resignJSON is the request to step down.
-type resignJSON struct {
-	Answered    bool     `json:"answered"`
-	AnswerMS    *float64 `json:"answer_ms"`
-	Released    bool     `json:"released"`
-	ReleaseMS   *float64 `json:"release_ms"`
-	StopTimeout *float64 `json:"stop_timeout_ms"`
-	Fallback    *string  `json:"fallback"`
-}
-
-// takeoverClock names the clock the takeover time was measured on.
-func takeoverClock(tk *locks.Takeover) string {
-	if tk.ByServerClock {
-		return "server"
-	}
-	return "client"
-}
-
-func failoverJSONOf(res *locks.Failover) failoverJSON {
-	t := res.Target
-	j := failoverJSON{
-		Key:       t.Locks.Key.String(),
-		Path:      res.Path,
-		OldHolder: sessionJSONOf(t.Holder, t.Now, 0), // no staleness threshold applies
-	}
-	if t.Locks.Role != "" {
-		j.Role = &t.Locks.Role
-	}
-	if rs := res.Resign; rs != nil {
-		r := &resignJSON{Answered: rs.Answered, Released: rs.Released}
-		if rs.Answered {
-			ms, stop := millis(rs.AnswerTook), float64(rs.Ack.StopTimeoutMS)
-			r.AnswerMS, r.StopTimeout = &ms, &stop
-		}
-		if rs.Released {
-			ms := millis(rs.ReleaseTook)
-			r.ReleaseMS = &ms
-		}
-		if rs.Fallback != "" {
-			r.Fallback = &rs.Fallback
-		}
-		j.Resign = r
-	}
-	if term := res.Termination; term != nil {
-		ms := millis(term.Took)
-		j.OldGone, j.TerminateMS = term.Gone, &ms
-	}
-	if tk := res.Takeover; tk != nil {
-		nh := sessionJSONOf(tk.Holder, tk.Now, 0)
-		ms, clock := millis(tk.After), takeoverClock(tk)
-		j.TookOver, j.NewHolder, j.TakeoverMS, j.TakeoverClock = true, &nh, &ms, &clock
-		j.ReleasedBeforeSignal = tk.BeforeSignal
-	}
-	return j
 }

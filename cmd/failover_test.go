@@ -41,7 +41,7 @@ func foKeys(t *testing.T) string {
 // terminal.
 func failover(t *testing.T, args ...string) cliResult {
 	t.Helper()
-	return runCLI(t, nil, append([]string{"--dsn", testLab.DirectDSN(), "--keys", foKeys(t), "failover"}, args...)...)
+	return runCLI(t, nil, append([]string{"--dsn", needLab(t).DirectDSN(), "--keys", foKeys(t), "failover"}, args...)...)
 }
 
 // leader opens a connection named app that holds key until the test ends
@@ -56,7 +56,7 @@ func leader(t *testing.T, dsn, app string, key int64) (*pgx.Conn, int32) {
 // standBy opens a connection named app that polls for key every 20 ms.
 func standBy(t *testing.T, app string, key int64) (int32, <-chan struct{}) {
 	t.Helper()
-	conn := pgtest.Conn(t, testLab.DirectDSN(), app)
+	conn := pgtest.Conn(t, needLab(t).DirectDSN(), app)
 	pid := pgtest.PID(t, conn)
 	// Registered first, so it runs after the polling has stopped.
 	t.Cleanup(func() { _, _ = locks.Unlock(context.Background(), conn, key) })
@@ -66,7 +66,7 @@ func standBy(t *testing.T, app string, key int64) (int32, <-chan struct{}) {
 // holders are the pids that hold key, as the lab's primary says.
 func holders(t *testing.T, key int64) []uint32 {
 	t.Helper()
-	_, hs, err := locks.KeyHolders(context.Background(), pgtest.Conn(t, testLab.DirectDSN(), "observer"), key)
+	_, hs, err := locks.KeyHolders(context.Background(), pgtest.Conn(t, needLab(t).DirectDSN(), "observer"), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,21 +75,21 @@ func holders(t *testing.T, key int64) []uint32 {
 
 func alive(t *testing.T, pid int32) bool {
 	t.Helper()
-	return pgtest.Alive(t, pgtest.Conn(t, testLab.DirectDSN(), "observer"), pid)
+	return pgtest.Alive(t, pgtest.Conn(t, needLab(t).DirectDSN(), "observer"), pid)
 }
 
 func itoa(pid int32) string { return strconv.Itoa(int(pid)) }
 
 func TestFailoverMovesTheLeaseToTheStandBy(t *testing.T) {
-	_, oldPID := leader(t, testLab.DirectDSN(), "poller-a", foPollerKey)
-	bystander := pgtest.Conn(t, testLab.DirectDSN(), "bystander")
+	_, oldPID := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
+	bystander := pgtest.Conn(t, needLab(t).DirectDSN(), "bystander")
 	newPID, _ := standBy(t, "poller-b", foPollerKey)
 
 	res := failover(t, "poller", "--yes", "--force")
 	if res.Code != 0 {
 		t.Fatalf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
-	row(t, res.Stdout, "poller", strconv.Itoa(foPollerKey), "HELD", itoa(oldPID), testLab.User, "poller-a")
+	row(t, res.Stdout, "poller", strconv.Itoa(foPollerKey), "HELD", itoa(oldPID), needLab(t).User, "poller-a")
 	for _, want := range []string{
 		"terminated pid " + itoa(oldPID) + ": its backend is gone",
 		"pid " + itoa(newPID) + " took over poller within ",
@@ -124,7 +124,7 @@ func TestFailoverMovesTheLeaseToTheStandBy(t *testing.T) {
 	}
 	if doc.Role == nil || *doc.Role != "poller" || doc.Key != strconv.Itoa(foPollerKey) || doc.OldHolder.PID == nil || *doc.OldHolder.PID != newPID ||
 		!doc.OldGone || !doc.TookOver || doc.NewHolder == nil || *doc.NewHolder.PID != nextPID || doc.NewHolder.ApplicationName != "poller-c" ||
-		doc.TakeoverMS == nil || *doc.TakeoverMS <= 0 || doc.TakeoverClock == nil || doc.ViaProxy || doc.Server.Port != testLab.Primary.Port ||
+		doc.TakeoverMS == nil || *doc.TakeoverMS <= 0 || doc.TakeoverClock == nil || doc.ViaProxy || doc.Server.Port != needLab(t).Primary.Port ||
 		doc.Path != "terminate" || doc.Resign != nil || doc.TerminateMS == nil {
 		t.Errorf("JSON: %s", js.Stdout)
 	}
@@ -143,7 +143,7 @@ func TestFailoverWithoutHolder(t *testing.T) {
 }
 
 func TestFailoverWithoutYesOnNonTerminalTerminatesNothing(t *testing.T) {
-	_, pid := leader(t, testLab.DirectDSN(), "poller-a", foPollerKey)
+	_, pid := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	standBy(t, "poller-b", foPollerKey)
 	res := failover(t, "poller")
 	if res.Code != ExitUsage {
@@ -162,9 +162,9 @@ func TestFailoverWithoutYesOnNonTerminalTerminatesNothing(t *testing.T) {
 }
 
 func TestFailoverAsksOnATerminal(t *testing.T) {
-	_, pid := leader(t, testLab.DirectDSN(), "poller-a", foPollerKey)
+	_, pid := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	standByPID, _ := standBy(t, "poller-b", foPollerKey)
-	args := []string{"--dsn", testLab.DirectDSN(), "--keys", foKeys(t), "failover", "poller", "--force"}
+	args := []string{"--dsn", needLab(t).DirectDSN(), "--keys", foKeys(t), "failover", "poller", "--force"}
 
 	for _, no := range []string{"n\n", "\n", "yess\n", ""} {
 		res := runCLIWith(t, context.Background(), nil, true, no, args...)
@@ -204,8 +204,8 @@ func (w *promptWriter) Write(p []byte) (int, error) {
 // the statement that terminates must notice.
 func TestFailoverTerminatesNothingWhenTheHolderChanged(t *testing.T) {
 	ctx := context.Background()
-	first, firstPID := leader(t, testLab.DirectDSN(), "poller-a", foPollerKey)
-	second := pgtest.Conn(t, testLab.DirectDSN(), "poller-b")
+	first, firstPID := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
+	second := pgtest.Conn(t, needLab(t).DirectDSN(), "poller-b")
 	secondPID := pgtest.PID(t, second)
 	out := &promptWriter{onPrompt: func() {
 		if _, err := locks.Unlock(ctx, first, foPollerKey); err != nil {
@@ -218,7 +218,7 @@ func TestFailoverTerminatesNothingWhenTheHolderChanged(t *testing.T) {
 		IO:     &IOStreams{In: strings.NewReader("y\n"), Out: out, ErrOut: &errOut, InTTY: true, OutTTY: true},
 		Getenv: func(string) string { return "" },
 	}
-	code := Run(ctx, app, []string{"--dsn", testLab.DirectDSN(), "--keys", foKeys(t), "failover", "poller", "--force"})
+	code := Run(ctx, app, []string{"--dsn", needLab(t).DirectDSN(), "--keys", foKeys(t), "failover", "poller", "--force"})
 	if code != ExitCheckFailed || !strings.Contains(errOut.String(), "pid "+itoa(firstPID)+" no longer holds") ||
 		!strings.Contains(errOut.String(), "nothing was terminated") {
 		t.Fatalf("exit %d, stderr %q; want 1 and the holder changed", code, errOut.String())
@@ -236,10 +236,10 @@ func TestFailoverTerminatesNothingWhenTheHolderChanged(t *testing.T) {
 // password appears nowhere.
 func TestFailoverNeedsPermission(t *testing.T) {
 	const password = "fo-op-s3cret-pw"
-	pgtest.Login(t, testLab, "fo_cmd_operator", password)
-	holderDSN := pgtest.Login(t, testLab, "fo_cmd_holder", "fo-holder-pw")
+	pgtest.Login(t, needLab(t), "fo_cmd_operator", password)
+	holderDSN := pgtest.Login(t, needLab(t), "fo_cmd_holder", "fo-holder-pw")
 	_, pid := leader(t, holderDSN, "poller-a", foPollerKey)
-	dsn := fmt.Sprintf("postgres://fo_cmd_operator:%s@127.0.0.1:%d/postgres?sslmode=disable", url.QueryEscape(password), testLab.Primary.Port)
+	dsn := fmt.Sprintf("postgres://fo_cmd_operator:%s@127.0.0.1:%d/postgres?sslmode=disable", url.QueryEscape(password), needLab(t).Primary.Port)
 
 	res := runCLI(t, nil, "--dsn", dsn, "--keys", foKeys(t), "failover", "poller", "--yes", "--force")
 	if res.Code != ExitUnavailable || !strings.Contains(res.Stderr, `GRANT pg_signal_backend TO "fo_cmd_operator"`) {
@@ -256,7 +256,7 @@ func TestFailoverNeedsPermission(t *testing.T) {
 }
 
 func TestFailoverGivesUpWithoutStandBy(t *testing.T) {
-	_, pid := leader(t, testLab.DirectDSN(), "lonely", foPollerKey)
+	_, pid := leader(t, needLab(t).DirectDSN(), "lonely", foPollerKey)
 	res := failover(t, "poller", "--yes", "--force", "--wait", "300ms")
 	if res.Code != ExitCheckFailed || !strings.Contains(res.Stderr, "no stand-by took over") {
 		t.Fatalf("exit %d, stderr %q; want 1, no stand-by took over", res.Code, res.Stderr)
@@ -272,7 +272,7 @@ func TestFailoverGivesUpWithoutStandBy(t *testing.T) {
 		t.Errorf("nothing held: exit %d, stdout %q; want 1 and no document", js.Code, js.Stdout)
 	}
 	// In JSON the document says so with ok false.
-	leader(t, testLab.DirectDSN(), "lonely", foPollerKey)
+	leader(t, needLab(t).DirectDSN(), "lonely", foPollerKey)
 	js = failover(t, "poller", "--yes", "--force", "--wait", "300ms", "-o", "json")
 	checkJSONDoc(t, js.Stdout, js.Code, "failover")
 	if js.Code != ExitCheckFailed || !strings.Contains(js.Stdout, `"took_over": false`) {
@@ -281,13 +281,13 @@ func TestFailoverGivesUpWithoutStandBy(t *testing.T) {
 }
 
 func TestFailoverRefusesAStandbyServer(t *testing.T) {
-	conn := pgtest.Conn(t, testLab.StandbyDSN(), "on-the-standby")
+	conn := pgtest.Conn(t, needLab(t).StandbyDSN(), "on-the-standby")
 	hold(t, conn, foPollerKey)
-	res := runCLI(t, nil, "--dsn", testLab.StandbyDSN(), "--keys", foKeys(t), "failover", "poller", "--yes")
+	res := runCLI(t, nil, "--dsn", needLab(t).StandbyDSN(), "--keys", foKeys(t), "failover", "poller", "--yes")
 	if res.Code != ExitUsage || !strings.Contains(res.Stderr, "standby") || !strings.Contains(res.Stderr, "fences nothing on the primary") {
 		t.Errorf("exit %d, stderr %q; want 2, refusing a standby", res.Code, res.Stderr)
 	}
-	vres := runCLI(t, nil, "--dsn", testLab.StandbyDSN(), "--keys", foKeys(t), "verify", "poller", "--failover", "--yes")
+	vres := runCLI(t, nil, "--dsn", needLab(t).StandbyDSN(), "--keys", foKeys(t), "verify", "poller", "--failover", "--yes")
 	if vres.Code != ExitUsage || !strings.Contains(vres.Stderr, "standby") {
 		t.Errorf("verify on a standby: exit %d, stderr %q; want 2", vres.Code, vres.Stderr)
 	}
@@ -304,9 +304,9 @@ func TestFailoverRefusesAStandbyServer(t *testing.T) {
 // refused.
 func TestFailoverThroughPoolers(t *testing.T) {
 	ctx := context.Background()
-	client, _ := leader(t, testLab.PoolerDSN("session"), "pooled-worker", foPollerKey)
+	client, _ := leader(t, needLab(t).PoolerDSN("session"), "pooled-worker", foPollerKey)
 	standByPID, _ := standBy(t, "poller-b", foPollerKey)
-	res := runCLI(t, nil, "--dsn", testLab.PoolerDSN("transaction"), "--keys", foKeys(t), "failover", "poller", "--yes", "--force")
+	res := runCLI(t, nil, "--dsn", needLab(t).PoolerDSN("transaction"), "--keys", foKeys(t), "failover", "poller", "--yes", "--force")
 	if res.Code != 0 {
 		t.Fatalf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
@@ -320,9 +320,9 @@ func TestFailoverThroughPoolers(t *testing.T) {
 	}
 
 	const key = foSchedulerKey
-	pgtest.Strand(t, testLab, "tx1", key)
+	pgtest.Strand(t, needLab(t), "tx1", key)
 	before := holders(t, key)
-	res = runCLI(t, nil, "--dsn", testLab.PoolerDSN("tx1"), "--keys", foKeys(t), "failover", "scheduler", "--yes")
+	res = runCLI(t, nil, "--dsn", needLab(t).PoolerDSN("tx1"), "--keys", foKeys(t), "failover", "scheduler", "--yes")
 	if res.Code != ExitUsage || !strings.Contains(res.Stderr, "connect to the server directly") {
 		t.Errorf("through the pooler that holds it: exit %d, stderr %q; want 2", res.Code, res.Stderr)
 	}
@@ -344,18 +344,19 @@ func TestFailoverUsage(t *testing.T) {
 		{[]string{"poller", "--wait", "0s"}, "invalid --wait"},
 		{[]string{"a", "b"}, "at most 1"},
 	} {
-		res := failover(t, tc.args...)
+		// Each is refused before failover connects: the DSN points nowhere.
+		res := runCLI(t, nil, append([]string{"--dsn", "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", "--keys", foKeys(t), "failover"}, tc.args...)...)
 		if res.Code != ExitUsage || !strings.Contains(res.Stderr, tc.want) {
 			t.Errorf("failover %q: exit %d, stderr %q; want 2 and %q", tc.args, res.Code, res.Stderr, tc.want)
 		}
 	}
 	// A bare key needs no keys file.
-	res := runCLI(t, nil, "--dsn", testLab.DirectDSN(), "failover", "--key", "-1840200009", "--yes")
+	res := runCLI(t, nil, "--dsn", needLab(t).DirectDSN(), "failover", "--key", "-1840200009", "--yes")
 	if res.Code != ExitCheckFailed || !strings.Contains(res.Stderr, "nobody holds key -1840200009") {
 		t.Errorf("--key without keys file: exit %d, stderr %q", res.Code, res.Stderr)
 	}
 	// Keys in hex, as keys.yaml and every other key flag take them.
-	res = runCLI(t, nil, "--dsn", testLab.DirectDSN(), "failover", "--key", "0x6db1f0a9", "--yes")
+	res = runCLI(t, nil, "--dsn", needLab(t).DirectDSN(), "failover", "--key", "0x6db1f0a9", "--yes")
 	if res.Code != ExitCheckFailed || !strings.Contains(res.Stderr, "nobody holds key 1840378025") {
 		t.Errorf("--key in hex: exit %d, stderr %q", res.Code, res.Stderr)
 	}
@@ -375,7 +376,7 @@ func TestFailoverUsage(t *testing.T) {
 // terminated.
 func TestFailoverAsksTheLeaderToStepDown(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200101)
-	env := runEnv(f, testLab.DirectDSN())
+	env := runEnv(f, needLab(t).DirectDSN())
 	args := append([]string{"--role", "poller", "--retry-interval", "200ms", "-o", "json", "--"}, f.witnessArgs("-stop-delay", "300ms")...)
 	first := startRun(t, env, args...)
 	lead := f.next(leasetest.Start)
@@ -383,7 +384,7 @@ func TestFailoverAsksTheLeaderToStepDown(t *testing.T) {
 	second.stderr.WaitFor(t, `"state":"standing_by"`, 1, hang)
 	oldBackend, _ := strconv.Atoi(lead.BackendPID)
 
-	res := runCLI(t, nil, "--dsn", testLab.DirectDSN(), "--keys", f.keys, "failover", "poller", "--yes", "-o", "json")
+	res := runCLI(t, nil, "--dsn", needLab(t).DirectDSN(), "--keys", f.keys, "failover", "poller", "--yes", "-o", "json")
 	if res.Code != 0 {
 		t.Fatalf("exit %d\n%s%s\nleader:\n%s\nstand-by:\n%s", res.Code, res.Stdout, res.Stderr, first.stderr, second.stderr)
 	}
@@ -417,7 +418,7 @@ func TestFailoverAsksTheLeaderToStepDown(t *testing.T) {
 	// The old leader stands by again; the text output of the next failover
 	// says how it went.
 	first.stderr.WaitFor(t, `"state":"standing_by"`, 2, hang)
-	res = runCLI(t, nil, "--dsn", testLab.DirectDSN(), "--keys", f.keys, "failover", "poller", "--yes")
+	res = runCLI(t, nil, "--dsn", needLab(t).DirectDSN(), "--keys", f.keys, "failover", "poller", "--yes")
 	if res.Code != 0 || !strings.Contains(res.Stdout, "stepped down on request: it answered in") || !strings.Contains(res.Stdout, "of the request") {
 		t.Errorf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
@@ -428,9 +429,9 @@ func TestFailoverAsksTheLeaderToStepDown(t *testing.T) {
 // listen for the request (not a lease of leasectl's) is terminated once
 // --timeout has passed.
 func TestFailoverTerminatesALeaderThatDoesNotAnswer(t *testing.T) {
-	_, pid := leader(t, testLab.DirectDSN(), "old-worker", foPollerKey)
+	_, pid := leader(t, needLab(t).DirectDSN(), "old-worker", foPollerKey)
 	standByPID, _ := standBy(t, "poller-b", foPollerKey)
-	res := runCLI(t, nil, "--timeout", "1s", "--dsn", testLab.DirectDSN(), "--keys", foKeys(t), "failover", "poller", "--yes")
+	res := runCLI(t, nil, "--timeout", "1s", "--dsn", needLab(t).DirectDSN(), "--keys", foKeys(t), "failover", "poller", "--yes")
 	if res.Code != 0 {
 		t.Fatalf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}

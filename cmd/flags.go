@@ -169,3 +169,6 @@ func (k *keyFlag) Set(s string) error {
 }
 
 func (k *keyFlag) Type() string { return "key" }
+
+// outputWide is who's -o wide: text with every column.
+const outputWide = "wide"

@@ -44,9 +44,13 @@ func FuzzWhoArgs(f *testing.F) {
 		app := &App{IO: &IOStreams{}, Getenv: func(string) string { return "" }, Global: GlobalOptions{Keys: keysFile, Timeout: time.Second}}
 		opts := &whoOptions{app: app, Args: append([]string(nil), args...), Stale: 45 * time.Second}
 		if watch {
-			opts.Watch = defaultWatchInterval
+			opts.Watch, opts.WatchGiven = defaultWatchInterval, true
 		}
-		sel, err := opts.parse(watch)
+		err := opts.validate()
+		var sel whoSelection
+		if err == nil {
+			sel, err = opts.selection()
+		}
 		if err != nil {
 			if code := ExitCode(err); code != ExitUsage || err.Error() == "" {
 				t.Fatalf("who %q: exit %d, %v; want a usage or input error", args, code, err)

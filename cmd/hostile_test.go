@@ -190,16 +190,16 @@ func closedPort(t *testing.T) int {
 func nopriv(t *testing.T, db string) (string, string) {
 	t.Helper()
 	const role = "hostile_nopriv"
-	pgtest.Login(t, testLab, role, hostilePW)
-	return role, withPassword(testLab.DSN(testLab.Primary.Port, role, db), role)
+	pgtest.Login(t, needLab(t), role, hostilePW)
+	return role, withPassword(needLab(t).DSN(needLab(t).Primary.Port, role, db), role)
 }
 
 // restrictedDatabase creates database name on which PUBLIC lacks privilege
 // (CONNECT or TEMPORARY), so that a role without grants of its own lacks it.
 func restrictedDatabase(t *testing.T, name, privilege string) {
 	t.Helper()
-	pgtest.Database(t, testLab, name)
-	pgtest.Exec(t, pgtest.Conn(t, testLab.DirectDSN(), ""), "REVOKE "+privilege+" ON DATABASE "+pgx.Identifier{name}.Sanitize()+" FROM PUBLIC")
+	pgtest.Database(t, needLab(t), name)
+	pgtest.Exec(t, pgtest.Conn(t, needLab(t).DirectDSN(), ""), "REVOKE "+privilege+" ON DATABASE "+pgx.Identifier{name}.Sanitize()+" FROM PUBLIC")
 }
 
 // TestHostileDSNs runs every command that connects against malformed DSNs,
@@ -245,11 +245,11 @@ func TestHostileDSNs(t *testing.T) {
 		{"closed port", fmt.Sprintf("postgres://app:%s@127.0.0.1:%d/app?sslmode=disable", hostilePW, closedPort(t)),
 			unreachable("connection refused", "is the server running? check the host and port in the DSN"), "connection refused"},
 		{"unresolvable host", "postgres://app:" + hostilePW + "@host.invalid:5432/app", unreachable("connect to host.invalid:5432"), "host.invalid"},
-		{"wrong password", withPassword(testLab.DirectDSN(), testLab.User),
+		{"wrong password", withPassword(needLab(t).DirectDSN(), needLab(t).User),
 			unreachable("password authentication failed", "check the user and password in the DSN, PGPASSWORD or the pgpass file"), "password authentication failed"},
-		{"wrong password through PgBouncer", withPassword(testLab.PoolerDSN("session"), testLab.User),
+		{"wrong password through PgBouncer", withPassword(needLab(t).PoolerDSN("session"), needLab(t).User),
 			unreachable("authentication failed", "check the user and password in the DSN, PGPASSWORD or the pgpass file"), "authentication failed"},
-		{"no CONNECT on the database", withPassword(testLab.DSN(testLab.Primary.Port, role, "hostile_noconnect"), role),
+		{"no CONNECT on the database", withPassword(needLab(t).DSN(needLab(t).Primary.Port, role, "hostile_noconnect"), role),
 			unreachable(`permission denied for database "hostile_noconnect"`, `GRANT CONNECT ON DATABASE "hostile_noconnect" TO "hostile_nopriv"`), "permission denied for database"},
 		{"silent server (TLS first)", "postgres://app:" + hostilePW + "@" + silent + "/app",
 			unreachable("connect to "+silent+": timed out", "no answer in time", "raise --timeout"), "timed out"},
@@ -284,9 +284,9 @@ func TestHostileDSNs(t *testing.T) {
 	t.Run("pooler DSN of verify", func(t *testing.T) {
 		// Malformed: exit 2 before anything is checked. Unreachable: the
 		// pooler_rejection check fails (exit 1) and says why.
-		args := []string{"--dsn", testLab.DirectDSN(), "--keys", keysFile, "verify", "--pooler-dsn", "postgres://app:" + hostilePW + "@127.0.0.1:notaport/app"}
+		args := []string{"--dsn", needLab(t).DirectDSN(), "--keys", keysFile, "verify", "--pooler-dsn", "postgres://app:" + hostilePW + "@127.0.0.1:notaport/app"}
 		expect{code: ExitUsage, says: []string{"--pooler-dsn: malformed DSN: invalid port"}}.check(t, args, runBounded(t, nil, args...))
-		args = []string{"--timeout", "1s", "--dsn", testLab.DirectDSN(), "--keys", keysFile, "verify", "--pooler-dsn", "postgres://app:" + hostilePW + "@" + silent + "/app"}
+		args = []string{"--timeout", "1s", "--dsn", needLab(t).DirectDSN(), "--keys", keysFile, "verify", "--pooler-dsn", "postgres://app:" + hostilePW + "@" + silent + "/app"}
 		expect{code: ExitCheckFailed, says: []string{"pooler_rejection", "could not probe it: connect to " + silent + ": timed out"}}.check(t, args, runBounded(t, nil, args...))
 	})
 }
@@ -294,7 +294,7 @@ func TestHostileDSNs(t *testing.T) {
 // runKeepsTrying starts `leasectl run` (args start with the global flags),
 // waits until it has logged a failed attempt naming the cause twice, stops
 // it the way SIGTERM does (its context ends), and checks that it stopped
-// cleanly: exit 0 while standing by (README), no password, no trace, and
+// cleanly: exit 0 while standing by (docs/guide/run.md), no password, no trace, and
 // the program never ran. It returns what leasectl printed.
 func runKeepsTrying(t *testing.T, args []string, logged ...string) string {
 	t.Helper()
@@ -330,11 +330,11 @@ func runKeepsTrying(t *testing.T, args []string, logged ...string) string {
 // documents for a contender that gets no server connection.
 func TestHostileNoAnswerAfterConnect(t *testing.T) {
 	keysFile := hostileKeys(t)
-	busy := pgtest.Conn(t, testLab.PoolerDSN("tx1"), "hostile-busy")
+	busy := pgtest.Conn(t, needLab(t).PoolerDSN("tx1"), "hostile-busy")
 	pgtest.Exec(t, busy, "BEGIN")
 	pgtest.Exec(t, busy, "SELECT 1")
 	t.Cleanup(func() { _, _ = busy.Exec(context.Background(), "ROLLBACK") })
-	dsn, pw := dsnWithPassword(t, testLab.PoolerDSN("tx1"))
+	dsn, pw := dsnWithPassword(t, needLab(t).PoolerDSN("tx1"))
 	noAnswer := expect{code: ExitUnavailable, says: []string{"no answer within --timeout 1s", "raise --timeout"}}
 	for _, command := range [][]string{{"who"}, {"failover", "poller", "--yes"}, {"verify"}} {
 		args := append([]string{"--timeout", "1s", "--dsn", dsn, "--keys", keysFile}, command...)
@@ -354,7 +354,7 @@ func TestHostileNoAnswerAfterConnect(t *testing.T) {
 func TestHostileUnprivilegedRole(t *testing.T) {
 	keysFile := hostileKeys(t)
 	role, dsn := nopriv(t, "postgres")
-	leaderConn, _ := leader(t, testLab.DirectDSN(), "hostile-leader", hostilePollerKey) // a superuser's session
+	leaderConn, _ := leader(t, needLab(t).DirectDSN(), "hostile-leader", hostilePollerKey) // a superuser's session
 	pid := strconv.Itoa(int(pgtest.PID(t, leaderConn)))
 	global := []string{"--timeout", "5s", "--dsn", dsn, "--keys", keysFile}
 	for _, tc := range []struct {
@@ -383,7 +383,7 @@ func TestHostileUnprivilegedRole(t *testing.T) {
 	// create a temp table is probed like any other.
 	t.Run("no TEMPORARY on the database", func(t *testing.T) {
 		restrictedDatabase(t, "hostile_notemp", "TEMPORARY")
-		dsn := withPassword(testLab.DSN(testLab.Primary.Port, role, "hostile_notemp"), role)
+		dsn := withPassword(needLab(t).DSN(needLab(t).Primary.Port, role, "hostile_notemp"), role)
 		args := []string{"--keys", keysFile, "probe", dsn}
 		expect{code: ExitOK, says: []string{"STABLE"}}.check(t, args, runBounded(t, nil, args...))
 	})
@@ -417,7 +417,7 @@ func TestHostileKeysFiles(t *testing.T) {
 	}
 	last := "r" + strconv.Itoa(roles-1)
 
-	dsn, pw := dsnWithPassword(t, testLab.DirectDSN()) // a working DSN; its password must not show either
+	dsn, pw := dsnWithPassword(t, needLab(t).DirectDSN()) // a working DSN; its password must not show either
 	commands := func(file string) [][]string {
 		return [][]string{
 			{"keys", "lint", file},
@@ -532,7 +532,7 @@ func TestHostileFlagsAndCommands(t *testing.T) {
 // no role.
 func TestHostileKeysAndRoles(t *testing.T) {
 	keysFile := hostileKeys(t)
-	dsn, pw := dsnWithPassword(t, testLab.DirectDSN())
+	dsn, pw := dsnWithPassword(t, needLab(t).DirectDSN())
 	known := "keys.yaml has poller, scheduler"
 	for _, tc := range []struct {
 		args []string
@@ -556,7 +556,7 @@ func TestHostileKeysAndRoles(t *testing.T) {
 		{[]string{"verify", ""}, expect{code: ExitUsage, says: []string{`unknown role ""`, known}}},
 		{[]string{"verify", "nosuch"}, expect{code: ExitUsage, says: []string{`unknown role "nosuch"`, known}}},
 		{[]string{"run", "--role", "", "--", "true"}, expect{code: ExitUsage, says: []string{"give exactly one of --role ROLE"}, usage: true}},
-		{[]string{"run", "--role", "nosuch", "--", "true"}, expect{code: ExitUsage, says: []string{`role "nosuch" is not in`, "(roles: poller, scheduler)"}}},
+		{[]string{"run", "--role", "nosuch", "--", "true"}, expect{code: ExitUsage, says: []string{`unknown role "nosuch"`, known, "(or give a bare key with --key N)"}}},
 		{[]string{"run", "--key", "99999999999999999999", "--", "true"}, expect{code: ExitUsage, says: []string{`invalid argument "99999999999999999999" for "--key"`}, usage: true}},
 		{[]string{"probe", "--probe-key", "0"}, expect{code: ExitUsage, says: []string{"invalid --probe-key 0"}, usage: true}},
 		{[]string{"probe", "--probe-key", strconv.Itoa(hostilePollerKey)}, expect{code: ExitUsage, says: []string{`is the key of role "poller"`, "pass another --probe-key"}, usage: true}},

@@ -186,7 +186,7 @@ func mentions(doc, field string) bool { return strings.Contains(doc, "`"+field+"
 // runs that way, against the lab, and checks every document.
 func TestJSONConvention(t *testing.T) {
 	keysPath := whoKeys(t)
-	holder := pgtest.Conn(t, testLab.DirectDSN(), "json-convention")
+	holder := pgtest.Conn(t, needLab(t).DirectDSN(), "json-convention")
 	hold(t, holder, pollerKey)
 	for _, tc := range []struct {
 		command string
@@ -195,18 +195,18 @@ func TestJSONConvention(t *testing.T) {
 	}{
 		{"version", []string{"version", "-o", "json"}, ExitOK},
 		{"version", []string{"--version", "-o", "json"}, ExitOK},
-		{"probe", []string{"probe", "-o", "json", testLab.DirectDSN()}, ExitOK},
-		{"probe", []string{"probe", "-o", "json", "--strict", testLab.PoolerDSN("session")}, ExitCheckFailed},
+		{"probe", []string{"probe", "-o", "json", needLab(t).DirectDSN()}, ExitOK},
+		{"probe", []string{"probe", "-o", "json", "--strict", needLab(t).PoolerDSN("session")}, ExitCheckFailed},
 		{"who", []string{"who", "-o", "json", "--all", "--check", "poller"}, ExitOK},
 		{"keys lint", []string{"keys", "lint", "-o", "json", keysCompatible}, ExitOK},
 		{"keys lint", []string{"keys", "lint", "-o", "json", keysInvalid}, ExitUsage},
 		{"keys diff", []string{"keys", "diff", "-o", "json", keysCompatible, "--base-file", keysBase}, ExitOK},
 		{"keys diff", []string{"keys", "diff", "-o", "json", keysBreaking, "--base-file", keysBase}, ExitCheckFailed},
-		{"lab env", []string{"lab", "env", "-o", "json", "--dir", testLab.Dir}, ExitOK},
-		{"lab status", []string{"lab", "status", "-o", "json", "--dir", testLab.Dir}, ExitOK},
+		{"lab env", []string{"lab", "env", "-o", "json", "--dir", needLab(t).Dir}, ExitOK},
+		{"lab status", []string{"lab", "status", "-o", "json", "--dir", needLab(t).Dir}, ExitOK},
 	} {
 		t.Run(strings.Join(tc.args[:2], " "), func(t *testing.T) {
-			res := runCLI(t, nil, append([]string{"--dsn", testLab.DirectDSN(), "--keys", keysPath}, tc.args...)...)
+			res := runCLI(t, nil, append([]string{"--dsn", needLab(t).DirectDSN(), "--keys", keysPath}, tc.args...)...)
 			if res.Code != tc.code {
 				t.Fatalf("%v: exit %d, want %d\n%s%s", tc.args, res.Code, tc.code, res.Stdout, res.Stderr)
 			}
@@ -242,13 +242,13 @@ func TestJSONLabRevive(t *testing.T) {
 // holders, a waiter, a shared lock, a pair key and odd application names.
 func TestWhoJSONStream(t *testing.T) {
 	ctx := t.Context()
-	a := pgtest.Conn(t, testLab.DirectDSN(), `json<"odd">&\name`)
-	b := pgtest.Conn(t, testLab.DirectDSN(), "")
+	a := pgtest.Conn(t, needLab(t).DirectDSN(), `json<"odd">&\name`)
+	b := pgtest.Conn(t, needLab(t).DirectDSN(), "")
 	hold(t, a, pollerKey)
 	pgtest.Exec(t, a, "SELECT pg_advisory_lock_shared(9200777)")
 	pgtest.Exec(t, b, "SELECT pg_advisory_lock_shared(9200777)")
 	pgtest.Exec(t, a, "SELECT pg_advisory_lock(5, 6)")
-	waiter := pgtest.Conn(t, testLab.DirectDSN(), "json-waiter")
+	waiter := pgtest.Conn(t, needLab(t).DirectDSN(), "json-waiter")
 	blocked := pgtest.Wait(waiter, pollerKey)
 	t.Cleanup(func() { // t.Context() is done by now
 		_, _ = locks.Unlock(context.Background(), a, pollerKey)
@@ -257,7 +257,7 @@ func TestWhoJSONStream(t *testing.T) {
 	})
 	app := &App{Global: GlobalOptions{Timeout: 10 * time.Second}, Getenv: func(string) string { return "" }}
 	opts := &whoOptions{app: app, All: true, Stale: 45 * time.Second}
-	conn := pgtest.Conn(t, testLab.DirectDSN(), "json-reader")
+	conn := pgtest.Conn(t, needLab(t).DirectDSN(), "json-reader")
 	var view *whoView
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		var err error

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -31,7 +28,7 @@ previous release and fails on changes that break a rolling deploy, the way
 		Args: noArgs,
 		RunE: parentRunE,
 	}
-	c.AddCommand(newKeysLintCmd(app), newKeysDiffCmd(app))
+	c.AddCommand(newKeysLintCmd(app, nil), newKeysDiffCmd(app, nil))
 	setOutputs(c, formatText, formatJSON, formatGH)
 	return c
 }
@@ -75,7 +72,9 @@ type keysLintOptions struct {
 	Format string
 }
 
-func newKeysLintCmd(app *App) *cobra.Command {
+// newKeysLintCmd builds `leasectl keys lint`; runF, when not nil, runs
+// instead of runKeysLint with the parsed options (tests).
+func newKeysLintCmd(app *App, runF func(*keysLintOptions) error) *cobra.Command {
 	opts := &keysLintOptions{app: app}
 	c := &cobra.Command{
 		Use:   "lint [FILE]",
@@ -95,6 +94,9 @@ Rules:
 		RunE: func(c *cobra.Command, args []string) error {
 			if err := keysArgs(app, args, &opts.Format, &opts.File); err != nil {
 				return err
+			}
+			if runF != nil {
+				return runF(opts)
 			}
 			return runKeysLint(c.Context(), opts)
 		},
@@ -207,7 +209,9 @@ type keysDiffOptions struct {
 	Format           string
 }
 
-func newKeysDiffCmd(app *App) *cobra.Command {
+// newKeysDiffCmd builds `leasectl keys diff`; runF, when not nil, runs
+// instead of runKeysDiff with the parsed and checked options (tests).
+func newKeysDiffCmd(app *App, runF func(*keysDiffOptions) error) *cobra.Command {
 	opts := &keysDiffOptions{app: app}
 	c := &cobra.Command{
 		Use:   "diff [FILE] [--base REF | --base-file PATH]",
@@ -245,6 +249,9 @@ Rules:
 			}
 			if opts.Base != "" && opts.BaseFile != "" {
 				return usageErrorf("--base and --base-file exclude each other: compare with a git ref or with a file")
+			}
+			if runF != nil {
+				return runF(opts)
 			}
 			return runKeysDiff(c.Context(), opts)
 		},
@@ -397,123 +404,6 @@ func diffSummary(res *diffResult, file string) string {
 	default:
 		return fmt.Sprintf("%s is compatible with %s: no role or key changed", file, res.baseLabel)
 	}
-}
-
-// annotationPath is the path GitHub annotations need: relative to the
-// repository root. Outside a repository it is the path as given.
-func annotationPath(ctx context.Context, path string) string {
-	if p, err := keys.RepoPath(ctx, path); err == nil {
-		return p
-	}
-	return filepath.ToSlash(path)
-}
-
-// writeAnnotation writes one GitHub Actions workflow command, which shows
-// the finding on the pull request's diff at file:line.
-func writeAnnotation(w io.Writer, sev keys.Severity, file string, line int, rule, message string) {
-	cmd := "error"
-	if sev != keys.SeverityError {
-		cmd = "notice"
-	}
-	writeWorkflowCommand(w, cmd, file, line, "", rule+": "+message)
-}
-
-// writeWorkflowCommand writes an annotation command (error, warning or
-// notice) with the properties that are set: file (relative to the
-// repository root), line (when positive) and title.
-func writeWorkflowCommand(w io.Writer, cmd, file string, line int, title, message string) {
-	var props []string
-	if file != "" {
-		props = append(props, "file="+ghProperty(file))
-		if line > 0 {
-			props = append(props, fmt.Sprintf("line=%d", line))
-		}
-	}
-	if title != "" {
-		props = append(props, "title="+ghProperty(title))
-	}
-	if len(props) > 0 {
-		cmd += " " + strings.Join(props, ",")
-	}
-	fmt.Fprintf(w, "::%s::%s\n", cmd, ghData(message))
-}
-
-// wantsAnnotations reports whether c, the command that failed, is keys lint
-// or keys diff asked for -o github-actions (or its deprecated name
-// --format). The command line args are read when the flags were not: a flag
-// error stops parsing before -o may have been read.
-func wantsAnnotations(c *cobra.Command, app *App, args []string) bool {
-	if c == nil || !c.HasParent() || c.Parent().Name() != "keys" || (c.Name() != "lint" && c.Name() != "diff") {
-		return false
-	}
-	if f := c.Flags().Lookup("output"); f != nil && f.Changed && app.Global.Output == formatGH {
-		return true
-	}
-	for i, a := range args {
-		if a == "--" {
-			return false
-		}
-		for _, flag := range []string{"-o", "--output", "--format"} {
-			if a == flag+"="+formatGH || a == flag && i+1 < len(args) && args[i+1] == formatGH {
-				return true
-			}
-		}
-		if a == "-o"+formatGH {
-			return true
-		}
-	}
-	return false
-}
-
-// writeErrorAnnotations renders err, the error that ended keys lint or keys
-// diff in the github-actions format, as error annotations on w, so that the
-// pull request shows it: a plain "Error:" line shows only in the job's log.
-// The problems of an invalid keys file are annotated at their lines; any
-// other error (a missing file, a shallow clone, a ref not found, a usage
-// error) is one annotation on the keys file, titled with the command.
-func writeErrorAnnotations(ctx context.Context, w io.Writer, app *App, c *cobra.Command, err error) {
-	var check *CheckFailedError
-	if errors.As(err, &check) && check.Message == "" {
-		return // the findings are annotated already
-	}
-	path := app.KeysPath()
-	if args := c.Flags().Args(); len(args) > 0 {
-		path = args[0]
-	}
-	file := annotationPath(ctx, path)
-	title := c.CommandPath()
-	var invalid *keys.InvalidError
-	var usage *UsageError
-	switch {
-	case errors.As(err, &invalid):
-		if _, statErr := os.Stat(invalid.Path); statErr == nil {
-			// The keys file itself, or a --base-file: at its lines.
-			at := annotationPath(ctx, invalid.Path)
-			for _, p := range invalid.Problems {
-				writeAnnotation(w, keys.SeverityError, at, p.Line, p.Rule, p.Message)
-			}
-			return
-		}
-		// The base from git (REF:path): its lines are not the pull
-		// request's, so each problem goes on the keys file as a whole.
-		for _, p := range invalid.Problems {
-			writeWorkflowCommand(w, "error", file, 0, title, fmt.Sprintf("the base %s is not a valid keys file: %s: %s", p.Location(invalid.Path), p.Rule, p.Message))
-		}
-	case errors.As(err, &usage):
-		writeWorkflowCommand(w, "error", "", 0, title, err.Error())
-	default:
-		writeWorkflowCommand(w, "error", file, 0, title, err.Error())
-	}
-}
-
-// ghData escapes the message of a workflow command.
-func ghData(s string) string {
-	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A").Replace(termSafeLines(s))
-}
-
-// ghProperty escapes a property value of a workflow command.
-func ghProperty(s string) string {
-	return strings.NewReplacer("%", "%25", "\r", "%0D", "\n", "%0A", ":", "%3A", ",", "%2C").Replace(termSafeLines(s))
 }
 
 // plural renders "1 error", "2 errors".

@@ -20,9 +20,14 @@ type labOptions struct {
 	HA      bool
 	Poolers []string
 	Shell   string
+	Node    string // lab revive NODE
+	Op      string // the subcommand, for a runF shared by all of them
 }
 
-func newLabCmd(app *App) *cobra.Command {
+// newLabCmd builds `leasectl lab` and its subcommands; runF, when not nil,
+// runs instead of each subcommand's run function with the parsed options
+// (tests), opts.Op naming the subcommand.
+func newLabCmd(app *App, runF func(*labOptions) error) *cobra.Command {
 	opts := &labOptions{app: app}
 	c := &cobra.Command{
 		Use:   "lab",
@@ -57,12 +62,12 @@ DSN names with passfile=.`,
 		RunE: parentRunE,
 	}
 	c.PersistentFlags().StringVar(&opts.Dir, "dir", lab.DefaultDir(), "state directory of the lab")
-	c.AddCommand(newLabUpCmd(opts), newLabDownCmd(opts), newLabEnvCmd(opts), newLabStatusCmd(opts),
-		newLabSwitchoverCmd(opts), newLabKillPrimaryCmd(opts), newLabReviveCmd(opts))
+	c.AddCommand(newLabUpCmd(opts, runF), newLabDownCmd(opts, runF), newLabEnvCmd(opts, runF), newLabStatusCmd(opts, runF),
+		newLabSwitchoverCmd(opts, runF), newLabKillPrimaryCmd(opts, runF), newLabReviveCmd(opts, runF))
 	return c
 }
 
-func newLabUpCmd(opts *labOptions) *cobra.Command {
+func newLabUpCmd(opts *labOptions, runF func(*labOptions) error) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "up",
 		Short: "Start a lab: PostgreSQL, PgBouncer (transaction and session mode)",
@@ -82,7 +87,16 @@ and a node out of a listener every 100ms.`,
   leasectl lab up --standby --pooler tx1=transaction:1 --pooler stmt=statement
   leasectl lab up --ha`,
 		Args: noArgs,
-		RunE: func(c *cobra.Command, _ []string) error { return runLabUp(c.Context(), opts) },
+		RunE: func(c *cobra.Command, _ []string) error {
+			if err := opts.validateUp(); err != nil {
+				return err
+			}
+			if runF != nil {
+				opts.Op = c.Name()
+				return runF(opts)
+			}
+			return runLabUp(c.Context(), opts)
+		},
 	}
 	c.Flags().BoolVar(&opts.Standby, "standby", false, "also start a streaming hot standby (pg_basebackup -R)")
 	c.Flags().BoolVar(&opts.HA, "ha", false, "start etcd, two Patroni-managed nodes and HAProxy (high availability)")
@@ -121,6 +135,17 @@ func parsePoolerFlags(specs []string) ([]lab.PoolerSpec, error) {
 	return out, nil
 }
 
+// validateUp checks lab up's flags, before anything starts.
+func (opts *labOptions) validateUp() error {
+	if _, err := parsePoolerFlags(opts.Poolers); err != nil {
+		return err
+	}
+	if opts.HA && opts.Standby {
+		return usageErrorf("--ha starts two nodes, one of them the standby, already: drop --standby")
+	}
+	return nil
+}
+
 func runLabUp(ctx context.Context, opts *labOptions) error {
 	app := opts.app
 	if err := lab.Support(); err != nil {
@@ -129,9 +154,6 @@ func runLabUp(ctx context.Context, opts *labOptions) error {
 	poolers, err := parsePoolerFlags(opts.Poolers)
 	if err != nil {
 		return err
-	}
-	if opts.HA && opts.Standby {
-		return usageErrorf("--ha starts two nodes, one of them the standby, already: drop --standby")
 	}
 	var ha *lab.HASpec
 	if opts.HA {
@@ -246,32 +268,41 @@ func envName(name string) string {
 	}, up)
 }
 
-func newLabDownCmd(opts *labOptions) *cobra.Command {
+func newLabDownCmd(opts *labOptions, runF func(*labOptions) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   "down",
 		Short: "Stop the lab and remove its files",
 		Long:  "Stop every process the lab started, wait until they are gone, and remove the lab's files.",
 		Args:  noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			l, err := lab.Load(opts.Dir)
-			if err != nil {
-				return err
+			if runF != nil {
+				opts.Op = c.Name()
+				return runF(opts)
 			}
-			ctx, cancel := context.WithTimeout(c.Context(), time.Minute)
-			defer cancel()
-			if err := l.Stop(ctx); err != nil {
-				return fmt.Errorf("stop lab: %w", err)
-			}
-			if opts.app.JSON() {
-				return writeJSON(opts.app.IO.Out, labDownJSON{docHeader: header(true), Dir: l.Dir, Stopped: true})
-			}
-			fmt.Fprintf(opts.app.IO.Out, "%s lab in %s stopped and removed\n", opts.app.styles().OK.Render("✓"), l.Dir)
-			return nil
+			return runLabDown(c.Context(), opts)
 		},
 	}
 }
 
-func newLabEnvCmd(opts *labOptions) *cobra.Command {
+// runLabDown is `leasectl lab down`.
+func runLabDown(ctx context.Context, opts *labOptions) error {
+	l, err := lab.Load(opts.Dir)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := l.Stop(ctx); err != nil {
+		return fmt.Errorf("stop lab: %w", err)
+	}
+	if opts.app.JSON() {
+		return writeJSON(opts.app.IO.Out, labDownJSON{docHeader: header(true), Dir: l.Dir, Stopped: true})
+	}
+	fmt.Fprintf(opts.app.IO.Out, "%s lab in %s stopped and removed\n", opts.app.styles().OK.Render("✓"), l.Dir)
+	return nil
+}
+
+func newLabEnvCmd(opts *labOptions, runF func(*labOptions) error) *cobra.Command {
 	c := &cobra.Command{
 		Use:   "env",
 		Short: "Print export lines with the lab's DSNs",
@@ -296,35 +327,44 @@ switchover, kill-primary); run "lab env" again after those.`,
   leasectl lab env --shell fish | source`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			l, err := lab.Load(opts.Dir)
-			if err != nil {
-				return err
+			if runF != nil {
+				opts.Op = c.Name()
+				return runF(opts)
 			}
-			if opts.app.JSON() {
-				out := labEnvJSON{docHeader: header(true), Dir: l.Dir, Env: map[string]string{}}
-				for _, v := range labVars(l) {
-					out.Env[v.name] = v.value
-				}
-				return writeJSON(opts.app.IO.Out, out)
-			}
-			for _, v := range labVars(l) {
-				switch opts.Shell {
-				case "sh", "bash", "zsh":
-					fmt.Fprintf(opts.app.IO.Out, "export %s=%s\n", v.name, shellQuote(v.value))
-				case "fish":
-					fmt.Fprintf(opts.app.IO.Out, "set -gx %s %s\n", v.name, shellQuote(v.value))
-				default:
-					return usageErrorf("invalid --shell %q: use sh or fish", opts.Shell)
-				}
-			}
-			return nil
+			return runLabEnv(opts)
 		},
 	}
 	c.Flags().StringVar(&opts.Shell, "shell", "sh", "syntax of the lines: sh (also bash, zsh) or fish")
 	return c
 }
 
-func newLabStatusCmd(opts *labOptions) *cobra.Command {
+// runLabEnv is `leasectl lab env`.
+func runLabEnv(opts *labOptions) error {
+	l, err := lab.Load(opts.Dir)
+	if err != nil {
+		return err
+	}
+	if opts.app.JSON() {
+		out := labEnvJSON{docHeader: header(true), Dir: l.Dir, Env: map[string]string{}}
+		for _, v := range labVars(l) {
+			out.Env[v.name] = v.value
+		}
+		return writeJSON(opts.app.IO.Out, out)
+	}
+	for _, v := range labVars(l) {
+		switch opts.Shell {
+		case "sh", "bash", "zsh":
+			fmt.Fprintf(opts.app.IO.Out, "export %s=%s\n", v.name, shellQuote(v.value))
+		case "fish":
+			fmt.Fprintf(opts.app.IO.Out, "set -gx %s %s\n", v.name, shellQuote(v.value))
+		default:
+			return usageErrorf("invalid --shell %q: use sh or fish", opts.Shell)
+		}
+	}
+	return nil
+}
+
+func newLabStatusCmd(opts *labOptions, runF func(*labOptions) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status",
 		Short: "Show whether each process of the lab is up",
@@ -334,51 +374,60 @@ In an HA lab: etcd, each node's Patroni (REST port) and PostgreSQL with the
 role Patroni gives it, and HAProxy's primary and replicas ports.`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			l, err := lab.Load(opts.Dir)
-			if err != nil {
-				return err
+			if runF != nil {
+				opts.Op = c.Name()
+				return runF(opts)
 			}
-			comps := l.Status()
-			allUp := true
-			for _, comp := range comps {
-				allUp = allUp && comp.Up
-			}
-			if opts.app.JSON() {
-				if err := writeJSON(opts.app.IO.Out, labStatusJSONOf(l, allUp, comps)); err != nil {
-					return err
-				}
-			} else {
-				st := opts.app.styles()
-				fmt.Fprintf(opts.app.IO.Out, "lab in %s\n", l.Dir)
-				for _, comp := range comps {
-					mark, state := st.OK.Render("✓"), "up"
-					if !comp.Up {
-						mark, state = st.Fail.Render("✗"), "down"
-					}
-					where := fmt.Sprintf("127.0.0.1:%d", comp.Port)
-					if comp.Socket != "" {
-						where = comp.Socket
-					}
-					kind := comp.Kind
-					if comp.Role != "" {
-						kind += " " + comp.Role
-					}
-					fmt.Fprintf(opts.app.IO.Out, "  %s %-12s %-22s %-15s pid %-7d %s\n", mark, comp.Name, kind, where, comp.PID, state)
-				}
-			}
-			if !allUp {
-				if l.HA != nil {
-					for _, n := range l.HA.Nodes {
-						if lab.PatroniPID(&n) == 0 {
-							return &CheckFailedError{Message: fmt.Sprintf("%s is down (bring it back: leasectl lab revive %s%s)", n.Name, n.Name, dirFlag(opts))}
-						}
-					}
-				}
-				return &CheckFailedError{Message: "some lab processes are down (restart: leasectl lab down && leasectl lab up)"}
-			}
-			return nil
+			return runLabStatus(opts)
 		},
 	}
+}
+
+// runLabStatus is `leasectl lab status`.
+func runLabStatus(opts *labOptions) error {
+	l, err := lab.Load(opts.Dir)
+	if err != nil {
+		return err
+	}
+	comps := l.Status()
+	allUp := true
+	for _, comp := range comps {
+		allUp = allUp && comp.Up
+	}
+	if opts.app.JSON() {
+		if err := writeJSON(opts.app.IO.Out, labStatusJSONOf(l, allUp, comps)); err != nil {
+			return err
+		}
+	} else {
+		st := opts.app.styles()
+		fmt.Fprintf(opts.app.IO.Out, "lab in %s\n", l.Dir)
+		for _, comp := range comps {
+			mark, state := st.OK.Render("✓"), "up"
+			if !comp.Up {
+				mark, state = st.Fail.Render("✗"), "down"
+			}
+			where := fmt.Sprintf("127.0.0.1:%d", comp.Port)
+			if comp.Socket != "" {
+				where = comp.Socket
+			}
+			kind := comp.Kind
+			if comp.Role != "" {
+				kind += " " + comp.Role
+			}
+			fmt.Fprintf(opts.app.IO.Out, "  %s %-12s %-22s %-15s pid %-7d %s\n", mark, comp.Name, kind, where, comp.PID, state)
+		}
+	}
+	if !allUp {
+		if l.HA != nil {
+			for _, n := range l.HA.Nodes {
+				if lab.PatroniPID(&n) == 0 {
+					return &CheckFailedError{Message: fmt.Sprintf("%s is down (bring it back: leasectl lab revive %s%s)", n.Name, n.Name, dirFlag(opts))}
+				}
+			}
+		}
+		return &CheckFailedError{Message: "some lab processes are down (restart: leasectl lab down && leasectl lab up)"}
+	}
+	return nil
 }
 
 // labJSONOut is the documented schema of `leasectl lab up -o json`
@@ -509,7 +558,7 @@ type labReviveJSON struct {
 	TookMS float64 `json:"took_ms"`
 }
 
-func newLabSwitchoverCmd(opts *labOptions) *cobra.Command {
+func newLabSwitchoverCmd(opts *labOptions, runF func(*labOptions) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   "switchover",
 		Short: "HA lab: hand the primary role to the other node (planned)",
@@ -523,28 +572,37 @@ nodes running.`,
   leasectl lab switchover -o json`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			l, err := loadHALab(opts)
-			if err != nil {
-				return err
+			if runF != nil {
+				opts.Op = c.Name()
+				return runF(opts)
 			}
-			ctx, cancel := context.WithTimeout(c.Context(), 3*time.Minute)
-			defer cancel()
-			ch, err := l.Switchover(ctx)
-			if err != nil {
-				return fmt.Errorf("switchover: %w", err)
-			}
-			if opts.app.JSON() {
-				return writeJSON(opts.app.IO.Out, changeJSON(ch))
-			}
-			fmt.Fprintf(opts.app.IO.Out, "%s switchover %s → %s: %s writable after %.1fs, HAProxy followed after %.1fs, %s streaming from it after %.1fs\n",
-				opts.app.styles().OK.Render("✓"), ch.From, ch.To, ch.To, ch.Writable.Seconds(), ch.Routed.Seconds(), ch.From, ch.Rejoined.Seconds())
-			fmt.Fprintf(opts.app.IO.Out, "Direct DSNs changed: eval \"$(leasectl lab env%s)\"\n", dirFlag(opts))
-			return nil
+			return runLabSwitchover(c.Context(), opts)
 		},
 	}
 }
 
-func newLabKillPrimaryCmd(opts *labOptions) *cobra.Command {
+// runLabSwitchover is `leasectl lab switchover`.
+func runLabSwitchover(ctx context.Context, opts *labOptions) error {
+	l, err := loadHALab(opts)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	ch, err := l.Switchover(ctx)
+	if err != nil {
+		return fmt.Errorf("switchover: %w", err)
+	}
+	if opts.app.JSON() {
+		return writeJSON(opts.app.IO.Out, changeJSON(ch))
+	}
+	fmt.Fprintf(opts.app.IO.Out, "%s switchover %s → %s: %s writable after %.1fs, HAProxy followed after %.1fs, %s streaming from it after %.1fs\n",
+		opts.app.styles().OK.Render("✓"), ch.From, ch.To, ch.To, ch.Writable.Seconds(), ch.Routed.Seconds(), ch.From, ch.Rejoined.Seconds())
+	fmt.Fprintf(opts.app.IO.Out, "Direct DSNs changed: eval \"$(leasectl lab env%s)\"\n", dirFlag(opts))
+	return nil
+}
+
+func newLabKillPrimaryCmd(opts *labOptions, runF func(*labOptions) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   "kill-primary",
 		Short: "HA lab: kill the primary node (SIGKILL) and wait for the failover",
@@ -558,28 +616,37 @@ Needs a lab started with --ha whose replica streams.`,
   leasectl lab revive node1`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			l, err := loadHALab(opts)
-			if err != nil {
-				return err
+			if runF != nil {
+				opts.Op = c.Name()
+				return runF(opts)
 			}
-			ctx, cancel := context.WithTimeout(c.Context(), 3*time.Minute)
-			defer cancel()
-			ch, err := l.KillPrimary(ctx)
-			if err != nil {
-				return fmt.Errorf("kill primary: %w", err)
-			}
-			if opts.app.JSON() {
-				return writeJSON(opts.app.IO.Out, changeJSON(ch))
-			}
-			fmt.Fprintf(opts.app.IO.Out, "%s killed %s; %s took over: writable after %.1fs, HAProxy followed after %.1fs\n",
-				opts.app.styles().OK.Render("✓"), ch.From, ch.To, ch.Writable.Seconds(), ch.Routed.Seconds())
-			fmt.Fprintf(opts.app.IO.Out, "Bring %s back as a replica: leasectl lab revive %s%s\n", ch.From, ch.From, dirFlag(opts))
-			return nil
+			return runLabKillPrimary(c.Context(), opts)
 		},
 	}
 }
 
-func newLabReviveCmd(opts *labOptions) *cobra.Command {
+// runLabKillPrimary is `leasectl lab kill-primary`.
+func runLabKillPrimary(ctx context.Context, opts *labOptions) error {
+	l, err := loadHALab(opts)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	ch, err := l.KillPrimary(ctx)
+	if err != nil {
+		return fmt.Errorf("kill primary: %w", err)
+	}
+	if opts.app.JSON() {
+		return writeJSON(opts.app.IO.Out, changeJSON(ch))
+	}
+	fmt.Fprintf(opts.app.IO.Out, "%s killed %s; %s took over: writable after %.1fs, HAProxy followed after %.1fs\n",
+		opts.app.styles().OK.Render("✓"), ch.From, ch.To, ch.Writable.Seconds(), ch.Routed.Seconds())
+	fmt.Fprintf(opts.app.IO.Out, "Bring %s back as a replica: leasectl lab revive %s%s\n", ch.From, ch.From, dirFlag(opts))
+	return nil
+}
+
+func newLabReviveCmd(opts *labOptions, runF func(*labOptions) error) *cobra.Command {
 	return &cobra.Command{
 		Use:   "revive NODE",
 		Short: "HA lab: restart a dead node's Patroni so that it rejoins",
@@ -596,30 +663,40 @@ or as the primary when no other node is. NODE is node1 or node2.`,
 		},
 		ValidArgs: []string{"node1", "node2"},
 		RunE: func(c *cobra.Command, args []string) error {
-			l, err := loadHALab(opts)
-			if err != nil {
-				return err
+			opts.Node = args[0]
+			if runF != nil {
+				opts.Op = c.Name()
+				return runF(opts)
 			}
-			if l.HANode(args[0]) == nil {
-				return usageErrorf("no node %q in this lab: use node1 or node2", args[0])
-			}
-			ctx, cancel := context.WithTimeout(c.Context(), 4*time.Minute)
-			defer cancel()
-			took, err := l.ReviveNode(ctx, args[0])
-			if err != nil {
-				return fmt.Errorf("revive %s: %w", args[0], err)
-			}
-			role := "replica"
-			if p, err := l.HAPrimary(ctx); err == nil && p.Name == args[0] {
-				role = "primary"
-			}
-			if opts.app.JSON() {
-				return writeJSON(opts.app.IO.Out, labReviveJSON{docHeader: header(true), Node: args[0], Role: role, TookMS: msOf(took)})
-			}
-			fmt.Fprintf(opts.app.IO.Out, "%s %s is back as the %s after %.1fs\n", opts.app.styles().OK.Render("✓"), args[0], role, took.Seconds())
-			return nil
+			return runLabRevive(c.Context(), opts)
 		},
 	}
+}
+
+// runLabRevive is `leasectl lab revive`.
+func runLabRevive(ctx context.Context, opts *labOptions) error {
+	l, err := loadHALab(opts)
+	if err != nil {
+		return err
+	}
+	if l.HANode(opts.Node) == nil {
+		return usageErrorf("no node %q in this lab: use node1 or node2", opts.Node)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	took, err := l.ReviveNode(ctx, opts.Node)
+	if err != nil {
+		return fmt.Errorf("revive %s: %w", opts.Node, err)
+	}
+	role := "replica"
+	if p, err := l.HAPrimary(ctx); err == nil && p.Name == opts.Node {
+		role = "primary"
+	}
+	if opts.app.JSON() {
+		return writeJSON(opts.app.IO.Out, labReviveJSON{docHeader: header(true), Node: opts.Node, Role: role, TookMS: msOf(took)})
+	}
+	fmt.Fprintf(opts.app.IO.Out, "%s %s is back as the %s after %.1fs\n", opts.app.styles().OK.Render("✓"), opts.Node, role, took.Seconds())
+	return nil
 }
 
 // shellQuote quotes s for POSIX shells and fish.

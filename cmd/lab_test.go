@@ -192,7 +192,7 @@ func TestLabHAUpEnvSwitchoverKillReviveDown(t *testing.T) {
 // lab started without --ha exit 2 and say how to start an HA lab.
 func TestLabHACommandsNeedAnHALab(t *testing.T) {
 	for _, args := range [][]string{{"switchover"}, {"kill-primary"}, {"revive", "node1"}} {
-		res := runCLI(t, nil, append([]string{"lab"}, append(args, "--dir", testLab.Dir)...)...)
+		res := runCLI(t, nil, append([]string{"lab"}, append(args, "--dir", needLab(t).Dir)...)...)
 		if res.Code != ExitUsage || !strings.Contains(res.Stderr, "lab up --ha") {
 			t.Errorf("lab %v on a lab without HA: exit %d: %s", args, res.Code, res.Stderr)
 		}

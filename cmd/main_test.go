@@ -9,15 +9,21 @@ import (
 	"github.com/leasectl/leasectl/lab"
 )
 
-// testLab is shared by every test of this package: the primary, a hot
-// standby, PgBouncer in each pool mode (lab.EveryPoolMode), and HAProxy in
-// front of the primary cutting sessions idle for 2 s.
-var testLab *lab.Lab
+// testLab is shared by the tests of this package that need a database: the
+// primary, a hot standby, PgBouncer in each pool mode (lab.EveryPoolMode),
+// and HAProxy in front of the primary cutting sessions idle for 2 s. The
+// first test that calls needLab starts it; tests of flags and usage never
+// do, so `go test -run 'Usage|Flags' ./cmd` starts no server.
+var testLab = pgtest.NewLazy(lab.Options{
+	Standby: true,
+	Poolers: lab.EveryPoolMode,
+	HAProxy: []lab.HAProxySpec{{Name: "idle", Backends: []string{"primary"}, TimeoutClient: 2 * time.Second}},
+})
 
-func TestMain(m *testing.M) {
-	os.Exit(pgtest.RunMain(m, lab.Options{
-		Standby: true,
-		Poolers: lab.EveryPoolMode,
-		HAProxy: []lab.HAProxySpec{{Name: "idle", Backends: []string{"primary"}, TimeoutClient: 2 * time.Second}},
-	}, &testLab))
+// needLab returns the package's lab, starting it if no test has yet.
+func needLab(t testing.TB) *lab.Lab {
+	t.Helper()
+	return testLab.Get(t)
 }
+
+func TestMain(m *testing.M) { os.Exit(pgtest.RunMainLazy(m, testLab)) }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/dbconn"
-	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
 	"github.com/spf13/cobra"
@@ -27,7 +26,9 @@ type probeOptions struct {
 	keyFlag    keyFlag
 }
 
-func newProbeCmd(app *App) *cobra.Command {
+// newProbeCmd builds `leasectl probe`; runF, when not nil, runs instead of
+// runProbe with the parsed and checked options (tests).
+func newProbeCmd(app *App, runF func(*probeOptions) error) *cobra.Command {
 	opts := &probeOptions{app: app}
 	c := &cobra.Command{
 		Use:   "probe [DSN]",
@@ -78,6 +79,9 @@ $LEASECTL_DSN, $DATABASE_URL or libpq's PG* variables.`, locks.ProbeKeyBase, loc
 			opts.Key = opts.keyFlag.key.ID
 			if opts.keyFlag.set && opts.Key == 0 {
 				return usageErrorf("invalid --probe-key 0: pick a key no role uses, or leave the flag out for a random one")
+			}
+			if runF != nil {
+				return runF(opts)
 			}
 			return runProbe(c.Context(), opts)
 		},
@@ -134,32 +138,6 @@ func runProbe(ctx context.Context, opts *probeOptions) error {
 	}
 	if rep.Verdict != probe.Stable {
 		return &CheckFailedError{}
-	}
-	return nil
-}
-
-// checkProbeKeyIsFree refuses a probe key that a role of the keys file uses
-// (key 0: a random key of the probe's range, which no role may use):
-// probing would contend with, or look like, that role's leader. A missing
-// keys file is fine: probe is often run before there is one.
-func checkProbeKeyIsFree(app *App, key int64) error {
-	f, err := app.LoadKeys()
-	if err != nil {
-		if _, missing := err.(*keys.NotFoundError); missing && app.Global.Keys == "" && app.Getenv("LEASECTL_KEYS") == "" {
-			return nil
-		}
-		return err
-	}
-	if key == 0 {
-		for _, e := range f.Roles {
-			if locks.IsProbeKey(e.Key) {
-				return &InputError{Err: fmt.Errorf("role %q in %s uses key %d, in the range the probe takes its keys from (keys lint rejects it): give the role another key, or pass --probe-key", e.Name, f.Path, e.Key)}
-			}
-		}
-		return nil
-	}
-	if e, ok := f.ByKey(key); ok {
-		return usageErrorf("probe key %d is the key of role %q in %s: pass another --probe-key", key, e.Name, f.Path)
 	}
 	return nil
 }

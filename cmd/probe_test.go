@@ -17,7 +17,7 @@ import (
 // can check it never shows.
 func dsnWithPassword(t *testing.T, dsn string) (string, string) {
 	t.Helper()
-	pw, err := testLab.Password()
+	pw, err := needLab(t).Password()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,11 +38,11 @@ func TestProbeCommandVerdictsAndExitCodes(t *testing.T) {
 		code    int
 		verdict string
 	}{
-		{"direct", testLab.DirectDSN(), ExitOK, "STABLE"},
-		{"session pooler", testLab.PoolerDSN("session"), ExitOK, "STABLE"},
-		{"transaction pooler", testLab.PoolerDSN("transaction"), ExitCheckFailed, "REFUSED"},
-		{"statement pooler", testLab.PoolerDSN("statement"), ExitCheckFailed, "REFUSED"},
-		{"standby", testLab.StandbyDSN(), ExitCheckFailed, "REFUSED"},
+		{"direct", needLab(t).DirectDSN(), ExitOK, "STABLE"},
+		{"session pooler", needLab(t).PoolerDSN("session"), ExitOK, "STABLE"},
+		{"transaction pooler", needLab(t).PoolerDSN("transaction"), ExitCheckFailed, "REFUSED"},
+		{"statement pooler", needLab(t).PoolerDSN("statement"), ExitCheckFailed, "REFUSED"},
+		{"standby", needLab(t).StandbyDSN(), ExitCheckFailed, "REFUSED"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -63,18 +63,18 @@ func TestProbeCommandVerdictsAndExitCodes(t *testing.T) {
 }
 
 func TestProbeDSNFromEnvironment(t *testing.T) {
-	res := runCLI(t, map[string]string{"LEASECTL_DSN": testLab.PoolerDSN("transaction"), "DATABASE_URL": testLab.DirectDSN()}, "probe")
+	res := runCLI(t, map[string]string{"LEASECTL_DSN": needLab(t).PoolerDSN("transaction"), "DATABASE_URL": needLab(t).DirectDSN()}, "probe")
 	if res.Code != ExitCheckFailed {
 		t.Errorf("LEASECTL_DSN must win over DATABASE_URL: exit %d\n%s", res.Code, res.Stdout)
 	}
-	res = runCLI(t, map[string]string{"DATABASE_URL": testLab.DirectDSN()}, "probe")
+	res = runCLI(t, map[string]string{"DATABASE_URL": needLab(t).DirectDSN()}, "probe")
 	if res.Code != ExitOK {
 		t.Errorf("DATABASE_URL: exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
 }
 
 func TestProbeJSONSchema(t *testing.T) {
-	res := runCLI(t, nil, "probe", "-o", "json", testLab.PoolerDSN("transaction"))
+	res := runCLI(t, nil, "probe", "-o", "json", needLab(t).PoolerDSN("transaction"))
 	if res.Code != ExitCheckFailed {
 		t.Fatalf("exit %d: %s", res.Code, res.Stderr)
 	}
@@ -100,7 +100,7 @@ func TestProbeJSONSchema(t *testing.T) {
 		t.Fatalf("not JSON: %v\n%s", err, res.Stdout)
 	}
 	if out.Verdict != "REFUSED" || out.Refusal != "safety" || out.Strict == nil || out.Target == "" || !isDecimalKey(out.Key) || out.Server == nil ||
-		out.Server.Port != testLab.Primary.Port || out.Server.InRecovery == nil || out.Server.BackendPID == 0 || out.Elapsed <= 0 {
+		out.Server.Port != needLab(t).Primary.Port || out.Server.InRecovery == nil || out.Server.BackendPID == 0 || out.Elapsed <= 0 {
 		t.Errorf("incomplete report: %+v", out)
 	}
 	names := map[string]string{}
@@ -145,7 +145,7 @@ func TestProbeBadInput(t *testing.T) {
 	assertNoSecret(t, res, "hunter2-secret")
 
 	// Wrong password: exit 3, says authentication, no password.
-	wrong := strings.Replace(testLab.DirectDSN(), "postgres@", "postgres:wrong-pw-123@", 1)
+	wrong := strings.Replace(needLab(t).DirectDSN(), "postgres@", "postgres:wrong-pw-123@", 1)
 	res = runCLI(t, nil, "probe", wrong)
 	if res.Code != ExitUnavailable || !strings.Contains(res.Stderr, "authentication") {
 		t.Errorf("wrong password: exit %d: %s", res.Code, res.Stderr)
@@ -157,7 +157,7 @@ func TestProbeBadInput(t *testing.T) {
 	if err := os.WriteFile(keysFile, []byte("roles:\n  poller: 424242\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	res = runCLI(t, nil, "probe", "--keys", keysFile, "--probe-key", "424242", testLab.DirectDSN())
+	res = runCLI(t, nil, "probe", "--keys", keysFile, "--probe-key", "424242", needLab(t).DirectDSN())
 	if res.Code != ExitUsage || !strings.Contains(res.Stderr, "poller") {
 		t.Errorf("probe key of a role: exit %d: %s", res.Code, res.Stderr)
 	}
@@ -168,11 +168,11 @@ func TestProbeBadInput(t *testing.T) {
 }
 
 func TestProbeColourOnlyOnTerminals(t *testing.T) {
-	res := runCLIWith(t, t.Context(), nil, true, "", "probe", testLab.DirectDSN())
+	res := runCLIWith(t, t.Context(), nil, true, "", "probe", needLab(t).DirectDSN())
 	if res.Code != ExitOK || !strings.Contains(res.Stdout, "\x1b[") {
 		t.Errorf("no styling on a terminal (exit %d):\n%q", res.Code, res.Stdout)
 	}
-	res = runCLIWith(t, t.Context(), map[string]string{"NO_COLOR": "1"}, true, "", "probe", testLab.DirectDSN())
+	res = runCLIWith(t, t.Context(), map[string]string{"NO_COLOR": "1"}, true, "", "probe", needLab(t).DirectDSN())
 	if strings.Contains(res.Stdout, "\x1b[") {
 		t.Errorf("NO_COLOR ignored:\n%q", res.Stdout)
 	}
@@ -185,7 +185,7 @@ func TestProbeInterrupted(t *testing.T) {
 	time.AfterFunc(300*time.Millisecond, cancel)
 	// Through a session pool of one, the contender waits for a server
 	// connection until --timeout: the probe is still running at the cancel.
-	res := runCLIWith(t, ctx, nil, false, "", "--timeout", "30s", "probe", testLab.PoolerDSN("session1"))
+	res := runCLIWith(t, ctx, nil, false, "", "--timeout", "30s", "probe", needLab(t).PoolerDSN("session1"))
 	if res.Code != ExitInterrupted || !strings.Contains(res.Stderr, "interrupted: no verdict") {
 		t.Errorf("exit %d, stderr %q; want 130 and interrupted", res.Code, res.Stderr)
 	}
@@ -197,11 +197,11 @@ func TestProbeInterrupted(t *testing.T) {
 // TestProbeRefusalSaysWhy: a refusal names its cause: two leaders
 // (safety), or a lease that could not work (liveness: a pool of one).
 func TestProbeRefusalSaysWhy(t *testing.T) {
-	res := runCLI(t, nil, "probe", testLab.PoolerDSN("transaction"))
+	res := runCLI(t, nil, "probe", needLab(t).PoolerDSN("transaction"))
 	if !strings.Contains(res.Stdout, "REFUSED  session-level advisory locks do not give mutual exclusion") {
 		t.Errorf("transaction pooler:\n%s", res.Stdout)
 	}
-	res = runCLI(t, nil, "--timeout", "1s", "probe", testLab.PoolerDSN("session1"))
+	res = runCLI(t, nil, "--timeout", "1s", "probe", needLab(t).PoolerDSN("session1"))
 	if !strings.Contains(res.Stdout, "REFUSED  a lease over this DSN would not work: a stand-by cannot get a server connection to wait on") ||
 		strings.Contains(res.Stdout, "two leaders") {
 		t.Errorf("session pool of one:\n%s", res.Stdout)

@@ -1,23 +1,18 @@
 package cmd
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"strconv"
 	"strings"
 
-	"github.com/charmbracelet/lipgloss"
-	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/locks"
 )
 
-// What the commands that act on roles (who, failover, verify) share:
-// loading the role map, resolving ROLE and KEY arguments, the server line,
-// and asking for confirmation.
+// What the commands that act on roles (who, failover, verify, run) share:
+// loading the role map and resolving ROLE and KEY arguments, in one place
+// with one set of messages; and the check that the probe's key (probe,
+// verify --pooler-dsn) is no role's.
 
 // loadRoleMap loads the keys file. When keysOptional is true (only numeric
 // keys were asked for) a missing file is an empty role map, unless the file
@@ -31,91 +26,115 @@ func loadRoleMap(app *App, keysOptional bool) (*keys.File, error) {
 	return f, err
 }
 
-// roleOrKey resolves a ROLE name of f, else a numeric KEY (k, or k1,k2).
-func roleOrKey(f *keys.File, arg string) (locks.Key, error) {
+// keyArgs says what a command takes where it takes a ROLE, besides the
+// role names of keys.yaml.
+type keyArgs int
+
+const (
+	// keysAsArgs: a ROLE or a numeric KEY (k, or k1,k2) argument (who).
+	keysAsArgs keyArgs = iota
+	// keysByFlag: a ROLE; a bare key goes through --key (failover, run).
+	keysByFlag
+	// rolesOnly: a ROLE of keys.yaml, nothing else (verify).
+	rolesOnly
+)
+
+// roleKey is one role or key a command acts on: the key, and its role's
+// name in keys.yaml ("" for a key of no role).
+type roleKey struct {
+	Role string
+	Key  locks.Key
+}
+
+// resolveRole is the one resolution of a ROLE (or KEY) argument, for who,
+// failover, verify and run: a role name of f, else, as how says, a numeric
+// key. verb says what the command does with a key ("fail over"), for the
+// hint to --key. Role names start with a letter, so an argument that
+// starts with a digit or sign was meant as a key (one out of range, say),
+// and "unknown role" would be the wrong complaint.
+func resolveRole(f *keys.File, arg string, how keyArgs, verb string) (roleKey, error) {
 	if e, ok := f.Role(arg); ok {
-		return locks.BigintKey(e.Key), nil
+		return roleKey{Role: e.Name, Key: locks.BigintKey(e.Key)}, nil
+	}
+	if how == rolesOnly {
+		return roleKey{}, unknownRoleError(arg, f, how)
 	}
 	k, err := locks.ParseKey(arg)
 	switch {
-	case err != nil && meantAsKey(arg):
-		return locks.Key{}, usageErrorf("invalid KEY: %v", err)
-	case err != nil:
-		return locks.Key{}, unknownRoleError(arg, f)
+	case err == nil && how == keysAsArgs:
+		rk := roleKey{Key: k}
+		if e, ok := f.ByKey(k.ID); ok && k.Form == locks.Bigint {
+			rk.Role = e.Name
+		}
+		return rk, nil
+	case err == nil:
+		return roleKey{}, usageErrorf("%q is not a role of %s: to %s a bare key, use --key %s", arg, f.Path, verb, arg)
+	case !meantAsKey(arg):
+		return roleKey{}, unknownRoleError(arg, f, how)
+	case how == keysAsArgs:
+		return roleKey{}, usageErrorf("invalid KEY: %v", err)
+	default:
+		return roleKey{}, usageErrorf("%q is not a role of %s, nor a valid key for --key: %v", arg, f.Path, err)
 	}
-	return k, nil
+}
+
+// resolveRoles resolves each of args as resolveRole does.
+func resolveRoles(f *keys.File, args []string, how keyArgs, verb string) ([]roleKey, error) {
+	out := make([]roleKey, 0, len(args))
+	for _, a := range args {
+		rk, err := resolveRole(f, a, how, verb)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rk)
+	}
+	return out, nil
 }
 
 // meantAsKey reports whether arg was meant as a numeric KEY rather than a
-// ROLE: role names start with a letter, so a digit or sign means a key (one
-// out of range, say), and "unknown role" would be the wrong complaint.
+// ROLE: role names start with a letter, so a digit or sign means a key.
 func meantAsKey(arg string) bool {
 	return arg != "" && strings.ContainsRune("0123456789-+", rune(arg[0]))
 }
 
-func unknownRoleError(name string, f *keys.File) error {
+// unknownRoleError says that name is no role of f, lists the roles it has,
+// and, where the command takes keys, how to give one instead.
+func unknownRoleError(name string, f *keys.File, how keyArgs) error {
+	var instead, orKey string // how to give a key instead, if the command takes one
+	switch how {
+	case keysAsArgs:
+		instead, orKey = "; give a numeric key (k or k1,k2) instead", " (or give a numeric key: k or k1,k2)"
+	case keysByFlag:
+		instead, orKey = "; give a bare key with --key N instead", " (or give a bare key with --key N)"
+	}
 	if len(f.Roles) == 0 {
-		return &InputError{Err: fmt.Errorf("unknown role %q: %s has no roles; give a numeric key (k or k1,k2) instead", name, f.Path)}
+		return &InputError{Err: fmt.Errorf("unknown role %q: %s has no roles%s", name, f.Path, instead)}
 	}
-	return &InputError{Err: fmt.Errorf("unknown role %q: %s has %s (or give a numeric key: k or k1,k2)",
-		name, f.Path, strings.Join(f.Names(), ", "))}
+	return &InputError{Err: fmt.Errorf("unknown role %q: %s has %s%s", name, f.Path, strings.Join(f.Names(), ", "), orKey)}
 }
 
-// serverLine names the server that answered, in one line; when that is
-// wider than width (0: no limit), its parts go on further lines, indented.
-func serverLine(st styles, color bool, server dbconn.ServerInfo, addr string, width int) string {
-	if server.Addr != "" {
-		addr = net.JoinHostPort(server.Addr, strconv.Itoa(server.Port))
-	}
-	label := "server"
-	if color {
-		label = st.Bold.Render(label)
-	}
-	parts := []string{"PostgreSQL " + termSafe(shortVersion(server.Version)), "database " + termSafe(server.Database), "as " + termSafe(server.User)}
-	var b strings.Builder
-	b.WriteString(label + " " + termSafe(addr))
-	lineW := textWidth("server " + termSafe(addr))
-	for _, p := range parts {
-		if width > 0 && lineW+3+textWidth(p) > width {
-			b.WriteString("\n  " + p)
-			lineW = 2 + textWidth(p)
-			continue
+// checkProbeKeyIsFree refuses a probe key that a role of the keys file uses
+// (key 0: a random key of the probe's range, which no role may use):
+// probing would contend with, or look like, that role's leader. A missing
+// keys file is fine: probe is often run before there is one.
+func checkProbeKeyIsFree(app *App, key int64) error {
+	f, err := app.LoadKeys()
+	if err != nil {
+		if _, missing := err.(*keys.NotFoundError); missing && app.Global.Keys == "" && app.Getenv("LEASECTL_KEYS") == "" {
+			return nil
 		}
-		b.WriteString(" · " + p)
-		lineW += 3 + textWidth(p)
+		return err
 	}
-	b.WriteString("\n")
-	return b.String()
-}
-
-// painter renders text in a style only when colour is on: lipgloss costs
-// microseconds a cell, and who --all can have 10,000 rows.
-func painter(color bool) func(lipgloss.Style, string) string {
-	return func(s lipgloss.Style, text string) string {
-		if !color {
-			return text
+	if key == 0 {
+		for _, e := range f.Roles {
+			if locks.IsProbeKey(e.Key) {
+				return &InputError{Err: fmt.Errorf("role %q in %s uses key %d, in the range the probe takes its keys from (keys lint rejects it): give the role another key, or pass --probe-key", e.Name, f.Path, e.Key)}
+			}
 		}
-		return s.Render(text)
+		return nil
 	}
-}
-
-// confirm asks question on w and reads the answer from the terminal: only
-// "y" or "yes" is a yes; end of input is a no.
-func confirm(app *App, w io.Writer, question string) (bool, error) {
-	if _, err := fmt.Fprintf(w, "%s [y/N] ", question); err != nil {
-		return false, err
+	if e, ok := f.ByKey(key); ok {
+		return usageErrorf("probe key %d is the key of role %q in %s: pass another --probe-key", key, e.Name, f.Path)
 	}
-	line, err := bufio.NewReader(app.IO.In).ReadString('\n')
-	if err != nil && line == "" {
-		fmt.Fprintln(w)
-		if errors.Is(err, io.EOF) {
-			return false, nil
-		}
-		return false, err
-	}
-	switch strings.ToLower(strings.TrimSpace(line)) {
-	case "y", "yes":
-		return true, nil
-	}
-	return false, nil
+	return nil
 }

@@ -80,11 +80,16 @@ func Execute(args []string) int {
 
 // Run executes the command line args with app and returns the exit code.
 func Run(ctx context.Context, app *App, args []string) int {
+	return runTree(ctx, app, NewRootCmd(app), args)
+}
+
+// runTree executes args with root, a tree NewRootCmd built for app (tests
+// put commands with their own runF in it), and returns the exit code.
+func runTree(ctx context.Context, app *App, root *cobra.Command, args []string) int {
 	if args == nil {
 		args = []string{} // cobra would read os.Args
 	}
 	app.args = args
-	root := NewRootCmd(app)
 	root.SetArgs(args)
 	c, err := root.ExecuteContextC(ctx)
 	if err != nil {
@@ -172,9 +177,9 @@ while they hold the lease.`,
 		group *cobra.Group
 		cmds  []*cobra.Command
 	}{
-		{&cobra.Group{ID: "check", Title: "Check a deployment:"}, []*cobra.Command{newProbeCmd(app), newWhoCmd(app), newVerifyCmd(app)}},
-		{&cobra.Group{ID: "act", Title: "Run and move leases:"}, []*cobra.Command{newRunCmd(app), newFailoverCmd(app)}},
-		{&cobra.Group{ID: "config", Title: "Keys and tools:"}, []*cobra.Command{newKeysCmd(app), newLabCmd(app), newVersionCmd(app)}},
+		{&cobra.Group{ID: "check", Title: "Check a deployment:"}, []*cobra.Command{newProbeCmd(app, nil), newWhoCmd(app, nil), newVerifyCmd(app, nil)}},
+		{&cobra.Group{ID: "act", Title: "Run and move leases:"}, []*cobra.Command{newRunCmd(app, nil), newFailoverCmd(app, nil)}},
+		{&cobra.Group{ID: "config", Title: "Keys and tools:"}, []*cobra.Command{newKeysCmd(app), newLabCmd(app, nil), newVersionCmd(app)}},
 	}
 	for _, g := range groups {
 		root.AddGroup(g.group)

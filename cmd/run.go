@@ -24,8 +24,7 @@ import (
 type runOptions struct {
 	app               *App
 	Role              string
-	Key               int64
-	keyGiven          bool
+	Key               *int64 // --key; nil: not given
 	Grace             time.Duration
 	Restart           bool
 	RetryInterval     time.Duration
@@ -39,7 +38,9 @@ type runOptions struct {
 	keyFlag keyFlag
 }
 
-func newRunCmd(app *App) *cobra.Command {
+// newRunCmd builds `leasectl run`; runF, when not nil, runs instead of
+// runRun with the parsed and checked options (tests).
+func newRunCmd(app *App, runF func(*runOptions) error) *cobra.Command {
 	opts := &runOptions{app: app}
 	c := &cobra.Command{
 		Use:   "run --role ROLE [flags] -- CMD [ARGS...]",
@@ -110,11 +111,18 @@ Linux container.`,
 		},
 		RunE: func(c *cobra.Command, args []string) error {
 			opts.Command = args
-			opts.keyGiven = opts.keyFlag.set
-			opts.Key = opts.keyFlag.key.ID
+			if opts.keyFlag.set {
+				opts.Key = &opts.keyFlag.key.ID
+			}
 			opts.LogFormat = app.Global.Output
 			if !c.Flags().Changed("heartbeat-timeout") {
 				opts.HeartbeatTimeout = app.Global.Timeout
+			}
+			if err := opts.validate(); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
 			}
 			return runRun(c.Context(), opts)
 		},
@@ -143,9 +151,6 @@ var errStopped = errors.New("leasectl run was told to stop")
 
 func runRun(ctx context.Context, opts *runOptions) error {
 	app := opts.app
-	if err := opts.validate(); err != nil {
-		return err
-	}
 	if err := lease.CommandSupport(); err != nil {
 		return &InputError{Err: fmt.Errorf("leasectl run: %w", err)}
 	}
@@ -236,7 +241,7 @@ func roleName(role string, key int64) string {
 }
 
 func (o *runOptions) validate() error {
-	if (o.Role == "") == !o.keyGiven {
+	if (o.Role == "") == (o.Key == nil) {
 		return usageErrorf("give exactly one of --role ROLE (from keys.yaml) or --key N")
 	}
 	for _, d := range []struct {
@@ -253,20 +258,21 @@ func (o *runOptions) validate() error {
 	return nil
 }
 
-// roleKey resolves --role through keys.yaml, or takes --key as it is.
+// roleKey resolves --role through keys.yaml (resolveRole), or takes --key
+// as it is.
 func (o *runOptions) roleKey() (string, int64, error) {
-	if o.keyGiven {
-		return "", o.Key, nil
+	if o.Key != nil {
+		return "", *o.Key, nil
 	}
 	f, err := o.app.LoadKeys()
 	if err != nil {
 		return "", 0, err
 	}
-	e, ok := f.Role(o.Role)
-	if !ok {
-		return "", 0, &InputError{Err: fmt.Errorf("role %q is not in %s (roles: %s)", o.Role, f.Path, strings.Join(f.Names(), ", "))}
+	rk, err := resolveRole(f, o.Role, keysByFlag, "hold")
+	if err != nil {
+		return "", 0, err
 	}
-	return e.Name, e.Key, nil
+	return rk.Role, rk.Key.ID, nil
 }
 
 // stopOnSignals returns the lease's context and a function that ends it.

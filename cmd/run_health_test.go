@@ -60,17 +60,17 @@ func TestRunHealthAndReadiness(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200050)
 	flags := []string{"--role", "poller", "--retry-interval", "50ms", "--heartbeat-interval", "1s", "--metrics-addr", "127.0.0.1:0", "--"}
 
-	leader := startRun(t, runEnv(f, testLab.DirectDSN()), append(flags, f.witnessArgs()...)...)
+	leader := startRun(t, runEnv(f, needLab(t).DirectDSN()), append(flags, f.witnessArgs()...)...)
 	f.next(leasetest.Start)
 	waitStatus(t, probeURL(t, leader, "/readyz"), http.StatusOK, "ready: leading")
 	waitStatus(t, probeURL(t, leader, "/healthz"), http.StatusOK, "ok: leading")
 
-	standby := startRun(t, runEnv(f, testLab.DirectDSN()), append(flags, f.witnessArgs()...)...)
+	standby := startRun(t, runEnv(f, needLab(t).DirectDSN()), append(flags, f.witnessArgs()...)...)
 	standby.stderr.WaitFor(t, "standing by", 1, hang)
 	waitStatus(t, probeURL(t, standby, "/readyz"), http.StatusOK, "ready: standing_by")
 	waitStatus(t, probeURL(t, standby, "/healthz"), http.StatusOK, "ok: standing_by")
 
-	refused := startRun(t, runEnv(f, testLab.PoolerDSN("transaction")), append(flags, f.witnessArgs()...)...)
+	refused := startRun(t, runEnv(f, needLab(t).PoolerDSN("transaction")), append(flags, f.witnessArgs()...)...)
 	refused.stderr.WaitFor(t, "refusing to lead", 2, hang)
 	waitStatus(t, probeURL(t, refused, "/readyz"), http.StatusServiceUnavailable, "not ready: ")
 	if code, body := get(t, probeURL(t, refused, "/readyz")); code != http.StatusServiceUnavailable || !(strings.Contains(body, "refused") || strings.Contains(body, "connecting")) {

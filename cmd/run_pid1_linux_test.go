@@ -39,7 +39,7 @@ func TestRunAsPID1ReapsEveryOrphan(t *testing.T) {
 	}
 	const key = 9200041
 	f := newRunFixture(t, "poller", key)
-	holder := pgtest.Conn(t, testLab.DirectDSN(), "holder")
+	holder := pgtest.Conn(t, needLab(t).DirectDSN(), "holder")
 	if ok, err := locks.TryLock(context.Background(), holder, key); err != nil || !ok {
 		t.Fatalf("take the key: %v %v", ok, err)
 	}
@@ -52,7 +52,7 @@ func TestRunAsPID1ReapsEveryOrphan(t *testing.T) {
 		enter = append([]string{"--user", "--preserve-credentials"}, enter...)
 	}
 	cmd := exec.Command(unshare, append(ns, append([]string{f.leasectl, "run", "--role", "poller", "--"}, f.witnessArgs()...)...)...)
-	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+testLab.DirectDSN(), "LEASECTL_KEYS="+f.keys)
+	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+needLab(t).DirectDSN(), "LEASECTL_KEYS="+f.keys)
 	var log leasetest.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {

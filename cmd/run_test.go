@@ -37,7 +37,7 @@ var (
 func runBinaries(t *testing.T) (leasectl, witness string) {
 	t.Helper()
 	runBinOnce.Do(func() {
-		leasectlBin, witnessBin, runBinErr = leasetest.BuildAll(filepath.Join(testLab.Dir, "run-bin"))
+		leasectlBin, witnessBin, runBinErr = leasetest.BuildAll(filepath.Join(needLab(t).Dir, "run-bin"))
 	})
 	if runBinErr != nil {
 		t.Fatal(runBinErr)
@@ -191,7 +191,7 @@ func (f *runFixture) terminateBackend(pid string) {
 	if err != nil {
 		t.Fatalf("backend pid %q: %v", pid, err)
 	}
-	if err := leasetest.Terminate(context.Background(), pgtest.Conn(t, testLab.DirectDSN(), ""), f.key, uint32(n)); err != nil {
+	if err := leasetest.Terminate(context.Background(), pgtest.Conn(t, needLab(t).DirectDSN(), ""), f.key, uint32(n)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -219,7 +219,7 @@ func kill(pid int) error {
 
 func TestRunUsageAndInputErrors(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200001)
-	env := runEnv(f, testLab.DirectDSN())
+	env := runEnv(f, needLab(t).DirectDSN())
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -231,7 +231,8 @@ func TestRunUsageAndInputErrors(t *testing.T) {
 		{"log format", []string{"run", "--role", "poller", "-o", "xml", "--", "true"}, `invalid -o/--output "xml"`},
 		{"deprecated log format", []string{"run", "--role", "poller", "--log-format", "xml", "--", "true"}, `invalid -o/--output "xml"`},
 		{"grace", []string{"run", "--role", "poller", "--grace", "0s", "--", "true"}, "invalid --grace"},
-		{"unknown role", []string{"run", "--role", "sweeper", "--", "true"}, `role "sweeper" is not in ` + f.keys + " (roles: poller)"},
+		{"unknown role", []string{"run", "--role", "sweeper", "--", "true"}, `unknown role "sweeper": ` + f.keys + " has poller (or give a bare key with --key N)"},
+		{"numeric role", []string{"run", "--role", "9200001", "--", "true"}, `"9200001" is not a role of ` + f.keys + ": to hold a bare key, use --key 9200001"},
 		{"missing program", []string{"run", "--role", "poller", "--", "/nonexistent/worker"}, `cannot run "/nonexistent/worker"`},
 		{"probe key", []string{"run", "--key", strconv.FormatInt(locks.DefaultProbeKey, 10), "--", "true"}, "probe's key"},
 	} {
@@ -257,7 +258,7 @@ func TestRunPassesTheProgramsStatusAndEnvironment(t *testing.T) {
 	const key = 9200002
 	f := newRunFixture(t, "poller", key)
 	for _, status := range []int{0, 3, 42} {
-		res := runCLI(t, runEnv(f, testLab.DirectDSN()), append([]string{"run", "--role", "poller", "--"}, f.witnessArgs("-exit", strconv.Itoa(status))...)...)
+		res := runCLI(t, runEnv(f, needLab(t).DirectDSN()), append([]string{"run", "--role", "poller", "--"}, f.witnessArgs("-exit", strconv.Itoa(status))...)...)
 		if res.Code != status {
 			t.Errorf("program exit %d: leasectl exit %d; stderr:\n%s", status, res.Code, res.Stderr)
 		}
@@ -269,7 +270,7 @@ func TestRunPassesTheProgramsStatusAndEnvironment(t *testing.T) {
 			t.Errorf("the program saw role %q key %q backend %q fd 3 %q fd 4 %q", ev.Role, ev.Key, ev.BackendPID, ev.LeaseFD, ev.FenceFD)
 		}
 	}
-	if !leasetest.KeyFree(t, testLab.DirectDSN(), key) {
+	if !leasetest.KeyFree(t, needLab(t).DirectDSN(), key) {
 		t.Error("key still held after leasectl run exited")
 	}
 }
@@ -278,7 +279,7 @@ func TestRunPassesTheProgramsStatusAndEnvironment(t *testing.T) {
 // (the real probe refuses it) and on a hot standby, leasectl run logs the
 // refusal loudly, keeps trying, and never starts the program.
 func TestRunNeverLeadsWhereALeaseIsUnsafe(t *testing.T) {
-	for name, dsn := range map[string]string{"transaction pooler": testLab.PoolerDSN("transaction"), "standby": testLab.StandbyDSN()} {
+	for name, dsn := range map[string]string{"transaction pooler": needLab(t).PoolerDSN("transaction"), "standby": needLab(t).StandbyDSN()} {
 		t.Run(name, func(t *testing.T) {
 			f := newRunFixture(t, "poller", 9200003)
 			r := startRun(t, runEnv(f, dsn), append([]string{"--role", "poller", "--retry-interval", "50ms", "--"}, f.witnessArgs()...)...)
@@ -317,12 +318,12 @@ func TestRunKeepsRetryingAnUnreachableDatabase(t *testing.T) {
 // ignores it, and leasectl stands by and leads again. Metrics show it.
 func TestRunStepsDownWhenTheSessionIsTerminated(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200005)
-	r := startRun(t, runEnv(f, testLab.DirectDSN()), append([]string{"--role", "poller", "--retry-interval", "50ms", "--grace", "200ms",
+	r := startRun(t, runEnv(f, needLab(t).DirectDSN()), append([]string{"--role", "poller", "--retry-interval", "50ms", "--grace", "200ms",
 		"-o", "json", "--metrics-addr", "127.0.0.1:0", "--"}, f.witnessArgs("-ignore-term")...)...)
 	first := f.next(leasetest.Start)
 	host, _ := os.Hostname()
 	var app string
-	if err := pgtest.Conn(t, testLab.DirectDSN(), "observer").QueryRow(context.Background(), "SELECT application_name FROM pg_stat_activity WHERE pid = $1::int", first.BackendPID).Scan(&app); err != nil || app != "leasectl run poller@"+host {
+	if err := pgtest.Conn(t, needLab(t).DirectDSN(), "observer").QueryRow(context.Background(), "SELECT application_name FROM pg_stat_activity WHERE pid = $1::int", first.BackendPID).Scan(&app); err != nil || app != "leasectl run poller@"+host {
 		t.Errorf("the lease session's application_name is %q (%v), want %q", app, err, "leasectl run poller@"+host)
 	}
 	metricsURL := regexp.MustCompile(`http://127\.0\.0\.1:\d+/metrics`).FindString(r.stderr.String())
@@ -437,7 +438,7 @@ func (r *replica) stop(t *testing.T) int {
 // old program's stop. In the end no process is left.
 func TestRunReplicasNeverRunTwoPrograms(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200006)
-	dsn := testLab.DirectDSN()
+	dsn := needLab(t).DirectDSN()
 	byPID := map[int]*replica{}
 	var all []*replica
 	var children []int
@@ -495,7 +496,7 @@ func TestRunReplicasNeverRunTwoPrograms(t *testing.T) {
 		leader = f.next(leasetest.Start)
 		children = append(children, leader.PID)
 	}
-	if err := testLab.RestartPrimary(context.Background(), "fast"); err != nil {
+	if err := needLab(t).RestartPrimary(context.Background(), "fast"); err != nil {
 		t.Fatal(err)
 	}
 	if ev := f.next(leasetest.Term); ev.PID != leader.PID {
@@ -515,7 +516,7 @@ func TestRunReplicasNeverRunTwoPrograms(t *testing.T) {
 			t.Errorf("program %d still runs", pid)
 		}
 	}
-	if !leasetest.KeyFreed(t, testLab.DirectDSN(), 9200006, 10*time.Second) {
+	if !leasetest.KeyFreed(t, needLab(t).DirectDSN(), 9200006, 10*time.Second) {
 		t.Error("key still held 10 s after every replica exited")
 	}
 }
@@ -538,19 +539,19 @@ func TestRunKeyOutlivesAKilledLeasectlWhileItsProgramLives(t *testing.T) {
 	const key = 9200007
 	f := newRunFixture(t, "poller", key)
 	cmd := exec.Command(f.leasectl, "run", "--role", "poller", "--", "sh", "-c", `"$0" "$@" & wait`, f.witness, "-lock", f.lock, "-notify", f.events.Path)
-	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+testLab.DirectDSN(), "LEASECTL_KEYS="+f.keys)
+	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+needLab(t).DirectDSN(), "LEASECTL_KEYS="+f.keys)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	orphan := f.next(leasetest.Start)
-	standby := f.startReplica(testLab.DirectDSN())
+	standby := f.startReplica(needLab(t).DirectDSN())
 	standby.log.WaitFor(t, "standing by", 1, hang)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	if !running(orphan.PID) {
 		t.Fatal("the grandchild died with leasectl; this test needs it to survive")
 	}
-	if leasetest.KeyFree(t, testLab.DirectDSN(), key) {
+	if leasetest.KeyFree(t, needLab(t).DirectDSN(), key) {
 		t.Fatal("key free while the killed leader's program still runs")
 	}
 	if err := kill(orphan.PID); err != nil {
@@ -569,7 +570,7 @@ func TestRunKeyOutlivesAKilledLeasectlWhileItsProgramLives(t *testing.T) {
 func TestRunForwardsSignalsAndRestarts(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200008)
 	cmd := exec.Command(f.leasectl, append([]string{"run", "--role", "poller", "--restart", "--retry-interval", "50ms", "--"}, f.witnessArgs("-exit", "3")...)...)
-	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+testLab.DirectDSN(), "LEASECTL_KEYS="+f.keys)
+	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+needLab(t).DirectDSN(), "LEASECTL_KEYS="+f.keys)
 	var log leasetest.Buffer
 	cmd.Stderr = &log
 	if err := cmd.Start(); err != nil {
@@ -584,7 +585,7 @@ func TestRunForwardsSignalsAndRestarts(t *testing.T) {
 		t.Errorf("with --restart, stopping leasectl: exit %d\n%s", code, &log)
 	}
 
-	r := f.startReplica(testLab.DirectDSN())
+	r := f.startReplica(needLab(t).DirectDSN())
 	first := f.next(leasetest.Start)
 	_ = r.cmd.Process.Signal(syscall.SIGINT)
 	if ev := f.next(leasetest.Term); ev.PID != first.PID || ev.Detail != "interrupt" {
@@ -599,7 +600,7 @@ func TestRunForwardsSignalsAndRestarts(t *testing.T) {
 // TestRunCompletesRoles: --role completes from keys.yaml.
 func TestRunCompletesRoles(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200009)
-	res := runCLI(t, runEnv(f, testLab.DirectDSN()), "__complete", "run", "--role", "po")
+	res := runCLI(t, runEnv(f, needLab(t).DirectDSN()), "__complete", "run", "--role", "po")
 	if res.Code != 0 || !strings.Contains(res.Stdout, "poller\tkey 9200009") {
 		t.Errorf("completion of --role: exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
@@ -619,7 +620,7 @@ func TestRunStopsDaemonsBeforeReleasingTheKey(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newRunFixture(t, "poller", int64(9200020+i))
 			cmd, log, daemon := f.runWithDaemon("5s", tc.script)
-			standby := f.startReplica(testLab.DirectDSN())
+			standby := f.startReplica(needLab(t).DirectDSN())
 			next := f.next(leasetest.Start)
 			if running(daemon) {
 				t.Errorf("the stand-by's program (pid %d) started while the daemon %d of the old leader still runs:\n%s", next.PID, daemon, log)
@@ -667,7 +668,7 @@ func TestRunGraceIsOneDeadline(t *testing.T) {
 // two ends agree, run logs a warning that names the likely cause.
 func TestRunWarnsAboutAProxysIdleTimeout(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200040)
-	r := startRun(t, runEnv(f, testLab.HAProxyDSN("idle")), append([]string{"--role", "poller", "--heartbeat-interval", "5s", "--retry-interval", "200ms",
+	r := startRun(t, runEnv(f, needLab(t).HAProxyDSN("idle")), append([]string{"--role", "poller", "--heartbeat-interval", "5s", "--retry-interval", "200ms",
 		"-o", "json", "--"}, f.witnessArgs()...)...)
 	r.stderr.WaitFor(t, "keep ending after the same silence", 1, hang)
 	log := r.stderr.String()
@@ -691,7 +692,7 @@ func (f *runFixture) runWithDaemon(grace, script string) (*exec.Cmd, *leasetest.
 	t.Helper()
 	pidFile := filepath.Join(f.dir, "daemon.pid")
 	cmd := exec.Command(f.leasectl, "run", "--role", "poller", "--grace", grace, "--", "sh", "-c", script)
-	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+testLab.DirectDSN(), "LEASECTL_KEYS="+f.keys, "DAEMON_PID="+pidFile)
+	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+needLab(t).DirectDSN(), "LEASECTL_KEYS="+f.keys, "DAEMON_PID="+pidFile)
 	log := &leasetest.Buffer{}
 	cmd.Stderr = log
 	if err := cmd.Start(); err != nil {

@@ -153,12 +153,12 @@ const refRunLog = passwordOnCommandLine + " cannot connect; retrying connection 
 // password, gets no warning.
 func TestPasswordOnTheCommandLineWarns(t *testing.T) {
 	keysFile := hostileKeys(t)
-	pw, err := testLab.Password()
+	pw, err := needLab(t).Password()
 	if err != nil {
 		t.Fatal(err)
 	}
-	withPW := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/postgres?sslmode=disable", testLab.User, pwtest.URLEscape(pw), testLab.Primary.Port)
-	kvPW := fmt.Sprintf("host=127.0.0.1 port=%d user=%s password='%s' dbname=postgres sslmode=disable", testLab.Primary.Port, testLab.User, pwtest.KVEscape(pw))
+	withPW := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/postgres?sslmode=disable", needLab(t).User, pwtest.URLEscape(pw), needLab(t).Primary.Port)
+	kvPW := fmt.Sprintf("host=127.0.0.1 port=%d user=%s password='%s' dbname=postgres sslmode=disable", needLab(t).Primary.Port, needLab(t).User, pwtest.KVEscape(pw))
 	const warning = "warning: " + passwordOnCommandLine + "\n"
 	for _, tc := range []struct {
 		name string
@@ -169,10 +169,10 @@ func TestPasswordOnTheCommandLineWarns(t *testing.T) {
 		{"--dsn, URL", nil, []string{"--dsn", withPW, "who", "--all", "-o", "json"}, true},
 		{"--dsn, key=value", nil, []string{"--dsn", kvPW, "who", "--all", "-o", "json"}, true},
 		{"probe's argument", nil, []string{"-o", "json", "probe", withPW}, true},
-		{"verify --pooler-dsn", nil, []string{"--dsn", testLab.DirectDSN(), "verify", "--pooler-dsn", "postgres://app:" + hostilePW + "@127.0.0.1:notaport/app"}, true},
+		{"verify --pooler-dsn", nil, []string{"--dsn", needLab(t).DirectDSN(), "verify", "--pooler-dsn", "postgres://app:" + hostilePW + "@127.0.0.1:notaport/app"}, true},
 		{"$LEASECTL_DSN", map[string]string{"LEASECTL_DSN": withPW}, []string{"who", "--all", "-o", "json"}, false},
 		{"$DATABASE_URL", map[string]string{"DATABASE_URL": kvPW}, []string{"who", "--all", "-o", "json"}, false},
-		{"--dsn without a password", nil, []string{"--dsn", testLab.DirectDSN(), "who", "--all", "-o", "json"}, false},
+		{"--dsn without a password", nil, []string{"--dsn", needLab(t).DirectDSN(), "who", "--all", "-o", "json"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--keys", keysFile}, tc.args...)
@@ -210,8 +210,8 @@ func TestPasswordOnTheCommandLineWarns(t *testing.T) {
 func TestGeneratedPasswordsOnTheConnectPath(t *testing.T) {
 	keysFile := hostileKeys(t)
 	const role = "scrub_generated"
-	pgtest.Login(t, testLab, role, "initial-Pw-1")
-	admin := pgtest.Conn(t, testLab.DirectDSN(), "scrub-admin")
+	pgtest.Login(t, needLab(t), role, "initial-Pw-1")
+	admin := pgtest.Conn(t, needLab(t).DirectDSN(), "scrub-admin")
 	setPassword := func(pw string) {
 		t.Helper()
 		var stmt string
@@ -234,7 +234,7 @@ func TestGeneratedPasswordsOnTheConnectPath(t *testing.T) {
 			} else {
 				setPassword(pw)
 			}
-			for _, port := range []int{closed, testLab.Primary.Port} {
+			for _, port := range []int{closed, needLab(t).Primary.Port} {
 				if stage == "right" && port == closed {
 					continue
 				}
@@ -290,14 +290,14 @@ func TestGeneratedPasswordsOnTheConnectPath(t *testing.T) {
 // environment, under any DSN.
 func TestTheWarningsAdviceWorks(t *testing.T) {
 	keysFile := hostileKeys(t)
-	pw, err := testLab.Password()
+	pw, err := needLab(t).Password()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bare := fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", testLab.User, testLab.Primary.Port)
+	bare := fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", needLab(t).User, needLab(t).Primary.Port)
 	for name, env := range map[string][2]string{
 		"PGPASSWORD": {"PGPASSWORD", pw},
-		"PGPASSFILE": {"PGPASSFILE", testLab.PassFile},
+		"PGPASSFILE": {"PGPASSFILE", needLab(t).PassFile},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("PGPASSFILE", "/nonexistent") // not ~/.pgpass
@@ -317,7 +317,7 @@ func TestTheWarningsAdviceWorks(t *testing.T) {
 // leasectl's own log shows none of those values.
 func TestRunProgramInheritsTheEnvironment(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200091)
-	pw, err := testLab.Password()
+	pw, err := needLab(t).Password()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestRunProgramInheritsTheEnvironment(t *testing.T) {
 	t.Setenv("LEASECTL_DSN", envDSN)
 	t.Setenv("DATABASE_URL", urlDSN)
 	t.Setenv("PGPASSWORD", pw)
-	flagDSN := fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable&application_name=flag-dsn-marker", testLab.User, testLab.Primary.Port)
+	flagDSN := fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable&application_name=flag-dsn-marker", needLab(t).User, needLab(t).Primary.Port)
 	res := runCLI(t, map[string]string{"LEASECTL_DSN": envDSN, "DATABASE_URL": urlDSN}, "--keys", f.keys, "--dsn", flagDSN, "run", "--role", "poller", "--", "env")
 	if res.Code != ExitOK {
 		t.Fatalf("exit %d\n%s", res.Code, res.Stderr)

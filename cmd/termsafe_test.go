@@ -66,7 +66,7 @@ func noRawControls(t *testing.T, what, out string) {
 // database db.
 func evilLogin(t *testing.T, db string) string {
 	t.Helper()
-	admin := pgtest.Conn(t, testLab.DirectDSN(), "termsafe-admin")
+	admin := pgtest.Conn(t, needLab(t).DirectDSN(), "termsafe-admin")
 	ident := pgx.Identifier{evilRole}.Sanitize()
 	pgtest.Exec(t, admin, "DROP ROLE IF EXISTS "+ident)
 	pgtest.Exec(t, admin, "CREATE ROLE "+ident+" LOGIN PASSWORD '"+evilPW+"' IN ROLE pg_read_all_stats, pg_signal_backend")
@@ -74,11 +74,11 @@ func evilLogin(t *testing.T, db string) string {
 		// Its sessions are closed by then (cleanups run last first).
 		_, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+ident)
 	})
-	return evilDSN(evilPW, db)
+	return evilDSN(t, evilPW, db)
 }
 
-func evilDSN(password, db string) string {
-	u := url.URL{Scheme: "postgres", User: url.UserPassword(evilRole, password), Host: "127.0.0.1:" + strconv.Itoa(testLab.Primary.Port),
+func evilDSN(t testing.TB, password, db string) string {
+	u := url.URL{Scheme: "postgres", User: url.UserPassword(evilRole, password), Host: "127.0.0.1:" + strconv.Itoa(needLab(t).Primary.Port),
 		Path: "/" + db, RawQuery: "sslmode=disable"}
 	return u.String()
 }
@@ -197,7 +197,7 @@ func TestWidthFromTerminalOrColumns(t *testing.T) {
 // errors that quote them on stderr. Nothing raw reaches the terminal, and
 // the names are shown escaped.
 func TestNamesCannotControlTheTerminal(t *testing.T) {
-	pgtest.Database(t, testLab, evilDB)
+	pgtest.Database(t, needLab(t), evilDB)
 	dsn := evilLogin(t, "postgres")
 	keysPath := writeFile(t, "keys.yaml", fmt.Sprintf("roles:\n  poller: %d\n", evilPollerKey))
 	leaderConn := pgtest.Conn(t, dsn, "app\x1b]2;x\a\u202e")
@@ -213,7 +213,7 @@ func TestNamesCannotControlTheTerminal(t *testing.T) {
 		code  int
 		shows []string // on stdout and stderr, together
 	}
-	direct := []string{"--dsn", testLab.DirectDSN(), "--keys", keysPath}
+	direct := []string{"--dsn", needLab(t).DirectDSN(), "--keys", keysPath}
 	asEvil := []string{"--dsn", dsn, "--keys", keysPath}
 	runs := []run{
 		{"who, piped", false, 0, "", append(direct, "who"), ExitOK, []string{evilRoleShown, leaderPID}},
@@ -221,15 +221,15 @@ func TestNamesCannotControlTheTerminal(t *testing.T) {
 		{"who, 80 columns", false, 80, "", append(direct, "who"), ExitOK, []string{leaderPID}},
 		{"who on a terminal", true, 100, "", append(direct, "who", "-o", "wide"), ExitOK, []string{evilRoleShown}},
 		{"who as the role", false, 0, "", append(asEvil, "who"), ExitOK, []string{"as " + evilRoleShown}},
-		{"who in the database", false, 0, "", append([]string{"--dsn", evilDSN(evilPW, evilDB), "--keys", keysPath}, "who"), ExitOK,
+		{"who in the database", false, 0, "", append([]string{"--dsn", evilDSN(t, evilPW, evilDB), "--keys", keysPath}, "who"), ExitOK,
 			[]string{"database " + evilDBShown + " · as " + evilRoleShown}},
 		{"verify", false, 80, "", append(asEvil, "verify"), ExitOK, []string{"as " + evilRoleShown, "pid " + leaderPID}},
 		{"probe", false, 0, "", append(asEvil, "probe"), ExitOK, []string{"as " + evilRoleShown}},
 		{"probe on a terminal", true, 200, "", append(asEvil, "probe"), ExitOK, []string{"as " + evilRoleShown}},
 		{"probe on a narrow terminal", true, 60, "", append(asEvil, "probe"), ExitOK, []string{`evil\x1b]0;owned\a`}}, // the name is cut to fit
-		{"wrong password", false, 0, "", append([]string{"--dsn", evilDSN("wrong", "postgres"), "--keys", keysPath}, "who"), ExitUnavailable,
+		{"wrong password", false, 0, "", append([]string{"--dsn", evilDSN(t, "wrong", "postgres"), "--keys", keysPath}, "who"), ExitUnavailable,
 			[]string{evilRoleShown}},
-		{"no such database", false, 0, "", append([]string{"--dsn", evilDSN(evilPW, evilDB+"-gone"), "--keys", keysPath}, "who"), ExitUnavailable,
+		{"no such database", false, 0, "", append([]string{"--dsn", evilDSN(t, evilPW, evilDB+"-gone"), "--keys", keysPath}, "who"), ExitUnavailable,
 			[]string{evilDBShown + "-gone"}},
 		{"failover, not confirmed", true, 80, "n\n", append(direct, "failover", "poller"), ExitCheckFailed, []string{"Ask pid " + leaderPID, "[y/N]"}},
 	}
@@ -337,17 +337,17 @@ func tableHeader(t *testing.T, out string) []string {
 // width) has every column and is never wrapped.
 func TestOutputFitsTheWidth(t *testing.T) {
 	keysPath := writeFile(t, "keys.yaml", fmt.Sprintf("roles:\n  poller: %d\n  scheduler: %d\n  reconciler: 1840900013\n", widthPollerKey, widthSchedulerKey))
-	leaderConn := pgtest.Conn(t, testLab.DirectDSN(), "poller-7f9c")
+	leaderConn := pgtest.Conn(t, needLab(t).DirectDSN(), "poller-7f9c")
 	hold(t, leaderConn, widthPollerKey)
-	waiter := pgtest.Conn(t, testLab.DirectDSN(), "poller-b21e")
+	waiter := pgtest.Conn(t, needLab(t).DirectDSN(), "poller-b21e")
 	blocked := pgtest.Wait(waiter, widthPollerKey)
 	t.Cleanup(func() {
 		_, _ = locks.Unlock(context.Background(), leaderConn, widthPollerKey)
 		<-blocked
 	})
-	sched := pgtest.Conn(t, testLab.DirectDSN(), "leasectl run scheduler@vm1")
+	sched := pgtest.Conn(t, needLab(t).DirectDSN(), "leasectl run scheduler@vm1")
 	hold(t, sched, widthSchedulerKey)
-	global := []string{"--dsn", testLab.DirectDSN(), "--keys", keysPath}
+	global := []string{"--dsn", needLab(t).DirectDSN(), "--keys", keysPath}
 
 	var narrow cliResult
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
@@ -360,8 +360,8 @@ func TestOutputFitsTheWidth(t *testing.T) {
 		t.Fatalf("who: exit %d\n%s%s", narrow.Code, narrow.Stdout, narrow.Stderr)
 	}
 	linesWithin(t, "who", narrow.Stdout, 80)
-	if h := tableHeader(t, narrow.Stdout); !slices.Equal(h, whoNarrowColumns) {
-		t.Errorf("who on a terminal: columns %q, want %q", h, whoNarrowColumns)
+	if h := tableHeader(t, narrow.Stdout); !slices.Equal(h, sessionNarrowColumns) {
+		t.Errorf("who on a terminal: columns %q, want %q", h, sessionNarrowColumns)
 	}
 	row(t, narrow.Stdout, "poller", "HELD,", "1", "waiting", pidOf(t, leaderConn), "poller-7f9c", "idle")
 	row(t, narrow.Stdout, "scheduler", "HELD", pidOf(t, sched), "leasectl", "run", "scheduler@vm1")
@@ -376,10 +376,10 @@ func TestOutputFitsTheWidth(t *testing.T) {
 		{"who -o wide, piped", 0, []string{"who", "-o", "wide"}},
 	} {
 		res := runSized(t, nil, false, tc.width, "", append(global, tc.args...)...)
-		if h := tableHeader(t, res.Stdout); !slices.Equal(h, whoColumns) {
-			t.Errorf("%s: columns %q, want every column %q", tc.name, h, whoColumns)
+		if h := tableHeader(t, res.Stdout); !slices.Equal(h, sessionColumns) {
+			t.Errorf("%s: columns %q, want every column %q", tc.name, h, sessionColumns)
 		}
-		row(t, res.Stdout, "poller", strconv.Itoa(widthPollerKey), "HELD,", "1", "waiting", pidOf(t, leaderConn), testLab.User, "poller-7f9c", "idle")
+		row(t, res.Stdout, "poller", strconv.Itoa(widthPollerKey), "HELD,", "1", "waiting", pidOf(t, leaderConn), needLab(t).User, "poller-7f9c", "idle")
 	}
 	if piped, wide := runSized(t, nil, false, 0, "", append(global, "who")...), runSized(t, nil, false, 0, "", append(global, "who", "-o", "wide")...); tableHeader(t, piped.Stdout)[0] != "ROLE" ||
 		strings.Count(piped.Stdout, "\n") != strings.Count(wide.Stdout, "\n") {
@@ -395,7 +395,7 @@ func TestOutputFitsTheWidth(t *testing.T) {
 	if h := tableHeader(t, ver.Stdout); !slices.Equal(h, []string{"CHECK", "ROLE", "RESULT", "DETAIL"}) {
 		t.Errorf("verify: columns %q", h)
 	}
-	stand := pgtest.Conn(t, testLab.DirectDSN(), "scheduler-standby")
+	stand := pgtest.Conn(t, needLab(t).DirectDSN(), "scheduler-standby")
 	pgtest.StandBy(t, stand, widthSchedulerKey, 20*time.Millisecond)
 	fo := runSized(t, nil, false, 80, "", append(global, "failover", "scheduler", "--yes", "--force", "--wait", "30s")...)
 	if fo.Code != ExitOK || !strings.Contains(fo.Stdout, "took over scheduler") {
@@ -406,8 +406,8 @@ func TestOutputFitsTheWidth(t *testing.T) {
 	// probe: refused through transaction pooling, with long details. At
 	// 80 columns each detail wraps under its check, at column 25; piped,
 	// each check is one line.
-	wrapped := runSized(t, nil, false, 80, "", "probe", testLab.PoolerDSN("transaction"))
-	piped := runSized(t, nil, false, 0, "", "probe", testLab.PoolerDSN("transaction"))
+	wrapped := runSized(t, nil, false, 80, "", "probe", needLab(t).PoolerDSN("transaction"))
+	piped := runSized(t, nil, false, 0, "", "probe", needLab(t).PoolerDSN("transaction"))
 	if wrapped.Code != ExitCheckFailed || piped.Code != ExitCheckFailed {
 		t.Fatalf("probe through tx: exit %d and %d\n%s%s", wrapped.Code, piped.Code, wrapped.Stdout, piped.Stdout)
 	}

@@ -12,7 +12,8 @@ import (
 // TestUsageErrorsAreOneLineAndAHint: every way of calling a command wrong is
 // one "error:" line that says what is wrong, then one line that points to
 // that command's help, and exit 2; never the usage text, nothing on stdout.
-// None of these connects to a database: the DSN points nowhere.
+// Each is found while the command line is parsed and checked, before the
+// command's run function (a stub here) runs: none needs a database.
 func TestUsageErrorsAreOneLineAndAHint(t *testing.T) {
 	keysFile := whoKeys(t)
 	for _, tc := range []struct {
@@ -86,8 +87,12 @@ func TestUsageErrorsAreOneLineAndAHint(t *testing.T) {
 		{[]string{"who", "--check", "--watch"}, "leasectl who", "--check and --watch do not combine", ""},
 	} {
 		args := append([]string{"--dsn", "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", "--keys", keysFile}, tc.args...)
-		res := runCLI(t, nil, args...)
+		var ran []string
+		res := runStubbed(t, nil, stubAll(&ran), args...)
 		name := strings.Join(tc.args, " ")
+		if len(ran) > 0 {
+			t.Errorf("leasectl %s: %s ran: a usage error must stop it before it runs", name, ran[0])
+		}
 		if res.Code != ExitUsage {
 			t.Errorf("leasectl %s: exit %d, want 2\nstderr:\n%s", name, res.Code, res.Stderr)
 		}

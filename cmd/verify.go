@@ -27,7 +27,9 @@ type verifyOptions struct {
 	Stale     time.Duration
 }
 
-func newVerifyCmd(app *App) *cobra.Command {
+// newVerifyCmd builds `leasectl verify`; runF, when not nil, runs instead
+// of runVerify with the parsed and checked options (tests).
+func newVerifyCmd(app *App, runF func(*verifyOptions) error) *cobra.Command {
 	opts := &verifyOptions{app: app}
 	c := &cobra.Command{
 		Use:   "verify [ROLE...]",
@@ -62,6 +64,12 @@ terminal, and with no terminal it exits 2 without doing anything.`,
 		ValidArgsFunction: completeRoles(app),
 		RunE: func(c *cobra.Command, args []string) error {
 			opts.Roles = args
+			if err := opts.validate(); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
+			}
 			return runVerify(c.Context(), opts)
 		},
 	}
@@ -79,8 +87,8 @@ terminal, and with no terminal it exits 2 without doing anything.`,
 	return c
 }
 
-func runVerify(ctx context.Context, opts *verifyOptions) error {
-	app := opts.app
+// validate checks the flags, before anything is read or connected.
+func (opts *verifyOptions) validate() error {
 	switch {
 	case opts.Within <= 0:
 		return usageErrorf("invalid --wait %s: it must be positive, e.g. 15s", opts.Within)
@@ -89,18 +97,24 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 	case opts.Idle < 0:
 		return usageErrorf("invalid --idle %s: it must not be negative, e.g. 20s", opts.Idle)
 	}
+	return nil
+}
+
+func runVerify(ctx context.Context, opts *verifyOptions) error {
+	app := opts.app
 	f, err := app.LoadKeys()
 	if err != nil {
 		return err
 	}
 	roles := f.Roles
 	if len(opts.Roles) > 0 {
+		rks, err := resolveRoles(f, opts.Roles, rolesOnly, "verify")
+		if err != nil {
+			return err
+		}
 		roles = roles[:0:0]
-		for _, name := range opts.Roles {
-			e, ok := f.Role(name)
-			if !ok {
-				return unknownRoleError(name, f)
-			}
+		for _, rk := range rks {
+			e, _ := f.Role(rk.Role)
 			roles = append(roles, e)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 // terminal.
 func verifyCmd(t *testing.T, keysPath string, args ...string) cliResult {
 	t.Helper()
-	return runCLI(t, nil, append([]string{"--dsn", testLab.DirectDSN(), "--keys", keysPath, "verify"}, args...)...)
+	return runCLI(t, nil, append([]string{"--dsn", needLab(t).DirectDSN(), "--keys", keysPath, "verify"}, args...)...)
 }
 
 // twoRoles writes a keys file with the poller and scheduler roles only.
@@ -27,12 +27,12 @@ func twoRoles(t *testing.T) string {
 }
 
 func TestVerifyPassesOnAHealthyDeployment(t *testing.T) {
-	_, pollerPID := leader(t, testLab.DirectDSN(), "poller-a", foPollerKey)
-	_, schedulerPID := leader(t, testLab.DirectDSN(), "scheduler-a", foSchedulerKey)
+	_, pollerPID := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
+	_, schedulerPID := leader(t, needLab(t).DirectDSN(), "scheduler-a", foSchedulerKey)
 	pollerStandBy, _ := standBy(t, "poller-b", foPollerKey)
 	schedulerStandBy, _ := standBy(t, "scheduler-b", foSchedulerKey)
 
-	res := verifyCmd(t, twoRoles(t), "--failover", "--yes", "--force", "--pooler-dsn", testLab.PoolerDSN("transaction"), "--lease-dsn", testLab.PoolerDSN("session"), "--idle", "300ms")
+	res := verifyCmd(t, twoRoles(t), "--failover", "--yes", "--force", "--pooler-dsn", needLab(t).PoolerDSN("transaction"), "--lease-dsn", needLab(t).PoolerDSN("session"), "--idle", "300ms")
 	if res.Code != 0 {
 		t.Fatalf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
@@ -55,7 +55,7 @@ func TestVerifyPassesOnAHealthyDeployment(t *testing.T) {
 }
 
 func TestVerifyFailsWithTwoRolesUnheld(t *testing.T) {
-	_, pid := leader(t, testLab.DirectDSN(), "poller-a", foPollerKey)
+	_, pid := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	res := verifyCmd(t, foKeys(t))
 	if res.Code != ExitCheckFailed {
 		t.Fatalf("exit %d, want 1\n%s%s", res.Code, res.Stdout, res.Stderr)
@@ -100,8 +100,8 @@ func TestVerifyFailsWithTwoRolesUnheld(t *testing.T) {
 // TestVerifyFailsWhenThePoolerIsSafe: the session-mode pooler passes the
 // probe, so it is not the pooler to reject.
 func TestVerifyFailsWhenThePoolerIsSafe(t *testing.T) {
-	leader(t, testLab.DirectDSN(), "poller-a", foPollerKey)
-	res := verifyCmd(t, foKeys(t), "poller", "--pooler-dsn", testLab.PoolerDSN("session"))
+	leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
+	res := verifyCmd(t, foKeys(t), "poller", "--pooler-dsn", needLab(t).PoolerDSN("session"))
 	if res.Code != ExitCheckFailed {
 		t.Fatalf("exit %d, want 1\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
@@ -113,12 +113,12 @@ func TestVerifyFailsWhenThePoolerIsSafe(t *testing.T) {
 }
 
 func TestVerifyFailoverNeedsConfirmation(t *testing.T) {
-	_, pid := leader(t, testLab.DirectDSN(), "poller-a", foPollerKey)
+	_, pid := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	res := verifyCmd(t, foKeys(t), "poller", "--failover")
 	if res.Code != ExitUsage || !strings.Contains(res.Stderr, "--yes") || res.Stdout != "" {
 		t.Errorf("--failover without --yes and terminal: exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
-	tty := runCLIWith(t, t.Context(), nil, true, "n\n", "--dsn", testLab.DirectDSN(), "--keys", foKeys(t), "verify", "poller", "--failover")
+	tty := runCLIWith(t, t.Context(), nil, true, "n\n", "--dsn", needLab(t).DirectDSN(), "--keys", foKeys(t), "verify", "poller", "--failover")
 	if tty.Code != ExitCheckFailed || !strings.Contains(tty.Stdout, "moves the lease of poller to a stand-by") {
 		t.Errorf("answer n: exit %d\n%s%s", tty.Code, tty.Stdout, tty.Stderr)
 	}
@@ -128,7 +128,7 @@ func TestVerifyFailoverNeedsConfirmation(t *testing.T) {
 }
 
 func TestVerifyNeverShowsThePoolerPassword(t *testing.T) {
-	leader(t, testLab.DirectDSN(), "poller-a", foPollerKey)
+	leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	const password = "verify-s3cret-pw"
 	dead := fmt.Sprintf("postgres://someone:%s@127.0.0.1:1/postgres?sslmode=disable", password)
 	for _, args := range [][]string{{"poller", "--pooler-dsn", dead}, {"poller", "--pooler-dsn", dead, "-o", "json"}, {"--pooler-dsn", "postgres://u:" + password + "@host:notaport/x"}} {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"regexp"
 	"slices"
 	"strconv"
@@ -27,14 +26,18 @@ const defaultWatchInterval = 2 * time.Second
 
 type whoOptions struct {
 	app   *App
-	Args  []string
+	Args  []string // ROLE names and KEYs
 	All   bool
 	Stale time.Duration
 	Check bool
 	Watch time.Duration // 0: draw once
+	// WatchGiven: --watch was given (Watch holds its interval).
+	WatchGiven bool
 }
 
-func newWhoCmd(app *App) *cobra.Command {
+// newWhoCmd builds `leasectl who`; runF, when not nil, runs instead of
+// runWho with the parsed and checked options (tests).
+func newWhoCmd(app *App, runF func(*whoOptions) error) *cobra.Command {
 	opts := &whoOptions{app: app}
 	c := &cobra.Command{
 		Use:   "who [ROLE|KEY ...]",
@@ -77,7 +80,14 @@ characters escaped (\x1b, \r, \u202e).`,
 		ValidArgsFunction: completeRoles(app),
 		RunE: func(c *cobra.Command, args []string) error {
 			opts.Args = args
-			return runWho(c.Context(), opts, c.Flags().Changed("watch"))
+			opts.WatchGiven = c.Flags().Changed("watch")
+			if err := opts.validate(); err != nil {
+				return err
+			}
+			if runF != nil {
+				return runF(opts)
+			}
+			return runWho(c.Context(), opts)
 		},
 	}
 	c.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -114,11 +124,8 @@ type whoSelection struct {
 	want  []locks.Key // the keys to show, free ones included
 }
 
-func runWho(ctx context.Context, opts *whoOptions, watchGiven bool) error {
-	if err := checkWatchArg(opts.app.args); err != nil {
-		return err
-	}
-	sel, err := opts.parse(watchGiven)
+func runWho(ctx context.Context, opts *whoOptions) error {
+	sel, err := opts.selection()
 	if err != nil {
 		return err
 	}
@@ -143,18 +150,20 @@ func runWho(ctx context.Context, opts *whoOptions, watchGiven bool) error {
 	return nil
 }
 
-// parse checks the flags and resolves the arguments: what to show, before
-// anything connects.
-func (opts *whoOptions) parse(watchGiven bool) (whoSelection, error) {
+// validate checks the flags, before anything is read or connected.
+func (opts *whoOptions) validate() error {
+	if err := checkWatchArg(opts.app.args); err != nil {
+		return err
+	}
 	switch {
 	case opts.Stale <= 0:
-		return whoSelection{}, usageErrorf("invalid --stale %s: it must be positive, e.g. 45s", opts.Stale)
+		return usageErrorf("invalid --stale %s: it must be positive, e.g. 45s", opts.Stale)
 	case opts.Check && opts.Watch > 0:
-		return whoSelection{}, usageErrorf("--check and --watch do not combine: --check is one verdict, --watch never ends")
-	case watchGiven && opts.Watch < 100*time.Millisecond:
-		return whoSelection{}, usageErrorf("invalid --watch %s: use an interval of at least 100ms, e.g. --watch=2s", opts.Watch)
+		return usageErrorf("--check and --watch do not combine: --check is one verdict, --watch never ends")
+	case opts.WatchGiven && opts.Watch < 100*time.Millisecond:
+		return usageErrorf("invalid --watch %s: use an interval of at least 100ms, e.g. --watch=2s", opts.Watch)
 	}
-	return opts.selection()
+	return nil
 }
 
 // checkWatchArg refuses `--watch 5` and `--watch 5s`: --watch takes its
@@ -206,12 +215,12 @@ func (opts *whoOptions) selection() (whoSelection, error) {
 		}
 		return sel, nil
 	}
-	for _, a := range opts.Args {
-		k, err := roleOrKey(f, a)
-		if err != nil {
-			return sel, err
-		}
-		sel.want = append(sel.want, k)
+	rks, err := resolveRoles(f, opts.Args, keysAsArgs, "show")
+	if err != nil {
+		return sel, err
+	}
+	for _, rk := range rks {
+		sel.want = append(sel.want, rk.Key)
 	}
 	return sel, nil
 }
@@ -289,80 +298,7 @@ func renderWho(w io.Writer, opts *whoOptions, v *whoView) error {
 	if opts.app.JSON() {
 		return writeWhoJSON(w, v)
 	}
-	return renderWhoText(w, opts.app.styles(), opts.app.Color(), v, whoLayoutOf(opts.app))
-}
-
-// whoLayout is how the text of who (and of failover's holder table) is
-// laid out.
-type whoLayout struct {
-	// Width to fit to; 0: none (stdout is not a terminal).
-	Width int
-	// Wide: every column (-o wide, and whenever there is no width, so
-	// that what scripts read stays as it was); else whoNarrowColumns.
-	Wide bool
-}
-
-func whoLayoutOf(app *App) whoLayout {
-	w := app.Width()
-	return whoLayout{Width: w, Wide: w == 0 || app.Global.Output == outputWide}
-}
-
-// outputWide is who's -o wide: text with every column.
-const outputWide = "wide"
-
-// whoColumns are the columns of who's table with -o wide, and when stdout
-// is not a terminal; whoNarrowColumns those on a terminal, which fit in 80
-// columns for typical names. Narrow, a lock of no role shows its key as
-// "key N" in ROLE.
-var (
-	whoColumns       = []string{"ROLE", "KEY", "STATE", "PID", "USER", "APPLICATION", "CLIENT", "CONNECTED", "LAST ACTIVITY"}
-	whoNarrowColumns = []string{"ROLE", "STATE", "PID", "APPLICATION", "LAST ACTIVITY"}
-)
-
-// writeSessionTable prints rows of whoColumns (sessionRow's) as lay says.
-func writeSessionTable(w io.Writer, st styles, color bool, rows [][]string, lay whoLayout) error {
-	opt := tableOptions{Width: lay.Width}
-	if color {
-		opt.Paint = map[string]func(string) string{"STATE": statePainter(st)}
-	}
-	if lay.Wide {
-		return writeTable(w, whoColumns, rows, opt)
-	}
-	keep := make([]int, len(whoNarrowColumns))
-	for i, name := range whoNarrowColumns {
-		keep[i] = slices.Index(whoColumns, name)
-	}
-	narrow := make([][]string, len(rows))
-	for i, r := range rows {
-		cells := make([]string, len(keep))
-		for j, col := range keep {
-			cells[j] = r[col]
-		}
-		if r[0] == "-" { // no role: name the key
-			cells[0] = "key " + r[1]
-		}
-		narrow[i] = cells
-	}
-	return writeTable(w, whoNarrowColumns, narrow, opt)
-}
-
-// statePainter styles the state at the start of a STATE cell ("HELD", "HELD
-// STALE", "FREE", "waiting"), leaving the rest (", 1 waiting") plain.
-func statePainter(st styles) func(string) string {
-	states := []struct {
-		word  string
-		style lipgloss.Style
-	}{
-		{string(locks.Held) + " STALE", st.Fail}, {string(locks.Held), st.OK}, {string(locks.Free), st.Fail}, {"waiting", st.Warn},
-	}
-	return func(cell string) string {
-		for _, s := range states {
-			if strings.HasPrefix(cell, s.word) {
-				return s.style.Render(s.word) + cell[len(s.word):]
-			}
-		}
-		return cell
-	}
+	return renderWhoText(w, opts.app.styles(), opts.app.Color(), v, sessionLayoutOf(opts.app))
 }
 
 // watchWho redraws until ctx ends (Ctrl-C): in place on a terminal, as a
@@ -422,7 +358,7 @@ func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
 				return err
 			}
 		default:
-			if err := renderWhoText(&frame, st, app.Color(), view, whoLayoutOf(app)); err != nil {
+			if err := renderWhoText(&frame, st, app.Color(), view, sessionLayoutOf(app)); err != nil {
 				return err
 			}
 		}
@@ -444,7 +380,7 @@ func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
 
 // ---- text ----
 
-func renderWhoText(w io.Writer, st styles, color bool, v *whoView, lay whoLayout) error {
+func renderWhoText(w io.Writer, st styles, color bool, v *whoView, lay sessionLayout) error {
 	paint := painter(color)
 	var head strings.Builder
 	head.WriteString(serverLine(st, color, v.server, v.addr, lay.Width))
@@ -514,80 +450,6 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView, lay whoLayout
 	return err
 }
 
-func waitingSuffix(l locks.RoleLocks) string {
-	if n := len(l.Waiters); n > 0 {
-		return fmt.Sprintf(", %d waiting", n)
-	}
-	return ""
-}
-
-func sessionRow(role, key, state string, s locks.Claimant, now time.Time) []string {
-	pid, client, connected, last := strconv.Itoa(int(s.PID)), "", "", ""
-	app := s.Application
-	switch {
-	case s.Prepared != nil:
-		pid, client, connected = "none", "-", "-"
-		app = fmt.Sprintf("prepared xact %q", s.Prepared.GID)
-		if d, ok := s.Idle(now); ok {
-			last = "prepared " + fmtAge(d) + " ago"
-		}
-	case s.Gone:
-		client, connected, last = "gone", "gone", "session ended"
-	case s.Hidden:
-		client, connected, last = "hidden", "hidden", "hidden"
-	default:
-		client = clientAddr(s)
-		connected = fmtAge(now.Sub(s.BackendStart))
-		last = s.State
-		if d, ok := s.Waited(now); ok {
-			last = "waiting " + fmtAge(d)
-		} else if !s.StateChange.IsZero() {
-			last += " " + fmtAge(now.Sub(s.StateChange))
-		}
-	}
-	if app == "" {
-		app = `""` // an empty application_name, not a missing one
-	}
-	return []string{role, key, state, pid, s.User, app, client, connected, orDash(last)}
-}
-
-func clientAddr(s locks.Claimant) string {
-	if s.ClientAddr == "" {
-		return "local socket"
-	}
-	return net.JoinHostPort(s.ClientAddr, strconv.Itoa(int(s.ClientPort)))
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-// shortVersion keeps "15.18" of "15.18 (Debian 15.18-0+deb12u1)".
-func shortVersion(v string) string {
-	if i := strings.IndexByte(v, ' '); i > 0 {
-		return v[:i]
-	}
-	return v
-}
-
-// fmtAge renders a duration the way `who` shows ages: 3s, 2m05s, 1h02m,
-// 3d04h.
-func fmtAge(d time.Duration) string {
-	d = max(d, 0)
-	switch {
-	case d < time.Minute:
-		return fmt.Sprintf("%ds", int(d.Seconds()))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
-	case d < 24*time.Hour:
-		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
-	}
-	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
-}
-
 // ---- JSON ----
 
 // whoJSON is the documented schema of `leasectl who -o json`
@@ -614,31 +476,6 @@ type leaseJSON struct {
 	WaiterCount int           `json:"waiter_count"`
 	Holders     []sessionJSON `json:"holders"`
 	Waiters     []sessionJSON `json:"waiters"`
-}
-
-type sessionJSON struct {
-	PID             *int32        `json:"pid"`
-	PreparedXact    *preparedJSON `json:"prepared_xact"`
-	Mode            string        `json:"mode"`
-	User            string        `json:"user"`
-	ApplicationName string        `json:"application_name"`
-	ClientAddr      *string       `json:"client_addr"`
-	ClientPort      *int32        `json:"client_port"`
-	BackendStart    *time.Time    `json:"backend_start"`
-	State           *string       `json:"state"`
-	StateChange     *time.Time    `json:"state_change"`
-	IdleMS          *float64      `json:"idle_ms"`
-	WaitStart       *time.Time    `json:"wait_start"`
-	WaitMS          *float64      `json:"wait_ms"`
-	Stale           bool          `json:"stale"`
-	Hidden          bool          `json:"hidden"`
-	Gone            bool          `json:"gone"`
-}
-
-type preparedJSON struct {
-	GID        string    `json:"gid"`
-	PreparedAt time.Time `json:"prepared_at"`
-	Owner      string    `json:"owner"`
 }
 
 // whoJSONOf is the whole document of one reading.
@@ -739,88 +576,4 @@ func (l *leaseJSON) appendJSON(a *jsonAppender) {
 		a.close(']')
 	}
 	a.close('}')
-}
-
-func (s *sessionJSON) appendJSON(a *jsonAppender) {
-	a.open('{')
-	a.key("pid")
-	a.int32Ptr(s.PID)
-	a.key("prepared_xact")
-	if p := s.PreparedXact; p == nil {
-		a.null()
-	} else {
-		a.open('{')
-		a.key("gid")
-		a.str(p.GID)
-		a.key("prepared_at")
-		a.time(p.PreparedAt)
-		a.key("owner")
-		a.str(p.Owner)
-		a.close('}')
-	}
-	a.key("mode")
-	a.str(s.Mode)
-	a.key("user")
-	a.str(s.User)
-	a.key("application_name")
-	a.str(s.ApplicationName)
-	a.key("client_addr")
-	a.strPtr(s.ClientAddr)
-	a.key("client_port")
-	a.int32Ptr(s.ClientPort)
-	a.key("backend_start")
-	a.timePtr(s.BackendStart)
-	a.key("state")
-	a.strPtr(s.State)
-	a.key("state_change")
-	a.timePtr(s.StateChange)
-	a.key("idle_ms")
-	a.floatPtr(s.IdleMS)
-	a.key("wait_start")
-	a.timePtr(s.WaitStart)
-	a.key("wait_ms")
-	a.floatPtr(s.WaitMS)
-	a.key("stale")
-	a.bool(s.Stale)
-	a.key("hidden")
-	a.bool(s.Hidden)
-	a.key("gone")
-	a.bool(s.Gone)
-	a.close('}')
-}
-
-// sessionJSONOf renders s as read at now; staleAfter 0 means no staleness
-// threshold applies (stale is false).
-func sessionJSONOf(s locks.Claimant, now time.Time, staleAfter time.Duration) sessionJSON {
-	j := sessionJSON{Mode: "exclusive", User: s.User, ApplicationName: s.Application,
-		Stale: staleAfter > 0 && s.Stale(now, staleAfter), Hidden: s.Hidden, Gone: s.Gone}
-	if s.Shared {
-		j.Mode = "shared"
-	}
-	if s.Prepared != nil {
-		j.PreparedXact = &preparedJSON{GID: s.Prepared.GID, PreparedAt: s.Prepared.PreparedAt, Owner: s.Prepared.Owner}
-	} else {
-		j.PID = &s.PID
-	}
-	if s.ClientAddr != "" {
-		j.ClientAddr, j.ClientPort = &s.ClientAddr, &s.ClientPort
-	}
-	j.BackendStart, j.StateChange, j.WaitStart = timeOrNil(s.BackendStart), timeOrNil(s.StateChange), timeOrNil(s.WaitStart)
-	if s.State != "" {
-		j.State = &s.State
-	}
-	if d, ok := s.Idle(now); ok {
-		j.IdleMS = msPtr(d)
-	}
-	if d, ok := s.Waited(now); ok {
-		j.WaitMS = msPtr(d)
-	}
-	return j
-}
-
-func timeOrNil(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
 }

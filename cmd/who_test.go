@@ -40,7 +40,7 @@ const (
 // primary, unless args name another --dsn.
 func who(t *testing.T, keysPath string, args ...string) cliResult {
 	t.Helper()
-	return runCLI(t, nil, append([]string{"--dsn", testLab.DirectDSN(), "--keys", keysPath, "who"}, args...)...)
+	return runCLI(t, nil, append([]string{"--dsn", needLab(t).DirectDSN(), "--keys", keysPath, "who"}, args...)...)
 }
 
 func pidOf(t *testing.T, conn *pgx.Conn) string {
@@ -86,8 +86,8 @@ func findRow(out string, fields ...string) (string, bool) {
 func TestWhoShowsHolderAndWaiterOfEachRole(t *testing.T) {
 	ctx := context.Background()
 	keysPath := whoKeys(t)
-	leader := pgtest.Conn(t, testLab.DirectDSN(), "poller-a")
-	standby := pgtest.Conn(t, testLab.DirectDSN(), "poller-b")
+	leader := pgtest.Conn(t, needLab(t).DirectDSN(), "poller-a")
+	standby := pgtest.Conn(t, needLab(t).DirectDSN(), "poller-b")
 	hold(t, leader, pollerKey)
 	leaderPID, standbyPID := pidOf(t, leader), pidOf(t, standby)
 	blocked := pgtest.Wait(standby, pollerKey)
@@ -106,11 +106,11 @@ func TestWhoShowsHolderAndWaiterOfEachRole(t *testing.T) {
 	if res.Code != 0 {
 		t.Fatalf("exit %d: %s", res.Code, res.Stderr)
 	}
-	row(t, res.Stdout, "poller", strconv.Itoa(pollerKey), "HELD,", "1", "waiting", leaderPID, testLab.User, "poller-a", "idle")
+	row(t, res.Stdout, "poller", strconv.Itoa(pollerKey), "HELD,", "1", "waiting", leaderPID, needLab(t).User, "poller-a", "idle")
 	row(t, res.Stdout, "poller", strconv.Itoa(pollerKey), "waiting", standbyPID, "poller-b")
 	row(t, res.Stdout, "scheduler", strconv.Itoa(schedulerKey), "FREE", "-")
 	row(t, res.Stdout, "reconciler", "FREE")
-	if !strings.Contains(res.Stdout, fmt.Sprintf("server 127.0.0.1:%d", testLab.Primary.Port)) || !strings.Contains(res.Stdout, "PostgreSQL ") {
+	if !strings.Contains(res.Stdout, fmt.Sprintf("server 127.0.0.1:%d", needLab(t).Primary.Port)) || !strings.Contains(res.Stdout, "PostgreSQL ") {
 		t.Errorf("header does not say which server answered:\n%s", res.Stdout)
 	}
 	if strings.Contains(res.Stdout, "\x1b[") {
@@ -133,7 +133,7 @@ func TestWhoShowsHolderAndWaiterOfEachRole(t *testing.T) {
 }
 
 func TestWhoKeysAtTheEdgesOfTheEncoding(t *testing.T) {
-	conn := pgtest.Conn(t, testLab.DirectDSN(), "edges")
+	conn := pgtest.Conn(t, needLab(t).DirectDSN(), "edges")
 	pid := pidOf(t, conn)
 	edges := []int64{-1, 1 << 31, 1<<32 + 5, math.MaxInt64}
 	var args []string
@@ -167,7 +167,7 @@ func TestWhoKeysAtTheEdgesOfTheEncoding(t *testing.T) {
 }
 
 func TestWhoIgnoresLocksOfOtherDatabases(t *testing.T) {
-	otherDSN := pgtest.Database(t, testLab, "who_cmd_other")
+	otherDSN := pgtest.Database(t, needLab(t), "who_cmd_other")
 	other := pgtest.Conn(t, otherDSN, "other-db")
 	const key = 1840100777
 	hold(t, other, key)
@@ -183,7 +183,7 @@ func TestWhoIgnoresLocksOfOtherDatabases(t *testing.T) {
 }
 
 func TestWhoShowsPairKeysOnlyWithAll(t *testing.T) {
-	conn := pgtest.Conn(t, testLab.DirectDSN(), "pair")
+	conn := pgtest.Conn(t, needLab(t).DirectDSN(), "pair")
 	pgtest.Exec(t, conn, "SELECT pg_advisory_lock(-7, 9)")
 	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock(-7, 9)") })
 	keysPath := whoKeys(t)
@@ -196,13 +196,13 @@ func TestWhoShowsPairKeysOnlyWithAll(t *testing.T) {
 
 func TestWhoShowsPreparedTransactionWithoutPID(t *testing.T) {
 	const key = 1840100555
-	gid := pgtest.PreparedLock(t, testLab, key)
+	gid := pgtest.PreparedLock(t, needLab(t), key)
 
 	res := who(t, whoKeys(t), "--all")
 	if res.Code != 0 {
 		t.Fatalf("exit %d: %s", res.Code, res.Stderr)
 	}
-	row(t, res.Stdout, strconv.Itoa(key), "HELD", "none", testLab.User, "prepared", "xact", strconv.Quote(gid))
+	row(t, res.Stdout, strconv.Itoa(key), "HELD", "none", needLab(t).User, "prepared", "xact", strconv.Quote(gid))
 	if !strings.Contains(res.Stdout, "ROLLBACK PREPARED") {
 		t.Errorf("no word on how a prepared transaction's lock goes away:\n%s", res.Stdout)
 	}
@@ -222,7 +222,7 @@ func TestWhoShowsPreparedTransactionWithoutPID(t *testing.T) {
 // pooled server connection keeps it and idles.
 func TestWhoFlagsAStrandedLockAsStale(t *testing.T) {
 	keysPath := whoKeys(t)
-	pgtest.Strand(t, testLab, "tx1", schedulerKey)
+	pgtest.Strand(t, needLab(t), "tx1", schedulerKey)
 	if res := who(t, keysPath, "scheduler", "--check"); res.Code != 0 {
 		t.Fatalf("a fresh holder: --check exit %d, want 0\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
@@ -246,7 +246,7 @@ func TestWhoFlagsAStrandedLockAsStale(t *testing.T) {
 
 func TestWhoCheckFailsWithoutHolder(t *testing.T) {
 	keysPath := whoKeys(t)
-	conn := pgtest.Conn(t, testLab.DirectDSN(), "leader")
+	conn := pgtest.Conn(t, needLab(t).DirectDSN(), "leader")
 	hold(t, conn, pollerKey)
 	if res := who(t, keysPath, "poller", "--check"); res.Code != 0 {
 		t.Errorf("held by a fresh holder: exit %d, want 0: %s", res.Code, res.Stderr)
@@ -286,14 +286,14 @@ func TestWhoCheckFailsWithoutHolder(t *testing.T) {
 
 func TestWhoSaysHiddenWithoutReadAllStats(t *testing.T) {
 	const role = "who_cmd_viewer"
-	dsn := pgtest.Login(t, testLab, role, "who-cmd-viewer-pw")
-	admin := pgtest.Conn(t, testLab.DirectDSN(), "the-leader")
+	dsn := pgtest.Login(t, needLab(t), role, "who-cmd-viewer-pw")
+	admin := pgtest.Conn(t, needLab(t).DirectDSN(), "the-leader")
 	hold(t, admin, pollerKey)
 	res := runCLI(t, nil, "--dsn", dsn, "--keys", whoKeys(t), "who", "poller")
 	if res.Code != 0 {
 		t.Fatalf("exit %d: %s", res.Code, res.Stderr)
 	}
-	row(t, res.Stdout, "poller", "HELD", pidOf(t, admin), testLab.User, "the-leader", "hidden", "hidden", "hidden")
+	row(t, res.Stdout, "poller", "HELD", pidOf(t, admin), needLab(t).User, "the-leader", "hidden", "hidden", "hidden")
 	if !strings.Contains(res.Stdout, "GRANT pg_read_all_stats TO \""+role+"\";") {
 		t.Errorf("no grant that would reveal the session:\n%s", res.Stdout)
 	}
@@ -314,7 +314,7 @@ func TestWhoSaysHiddenWithoutReadAllStats(t *testing.T) {
 }
 
 func TestWhoStandbyWarning(t *testing.T) {
-	res := runCLI(t, nil, "--dsn", testLab.StandbyDSN(), "--keys", whoKeys(t), "who")
+	res := runCLI(t, nil, "--dsn", needLab(t).StandbyDSN(), "--keys", whoKeys(t), "who")
 	if res.Code != 0 {
 		t.Fatalf("exit %d: %s", res.Code, res.Stderr)
 	}
@@ -326,7 +326,7 @@ func TestWhoStandbyWarning(t *testing.T) {
 	}
 }
 
-// The JSON schema documented in README.md, field by field.
+// The JSON schema documented in docs/json.md, field by field.
 var (
 	whoJSONFields     = []string{"schema_version", "ok", "server", "now", "stale_after_ms", "leases", "hidden", "reveal_grant"}
 	serverJSONFields  = []string{"version", "version_num", "addr", "port", "in_recovery", "database", "user", "backend_pid", "system_identifier", "postmaster_start_time"}
@@ -336,7 +336,7 @@ var (
 )
 
 func TestWhoJSONSchema(t *testing.T) {
-	conn := pgtest.Conn(t, testLab.DirectDSN(), "json-holder")
+	conn := pgtest.Conn(t, needLab(t).DirectDSN(), "json-holder")
 	hold(t, conn, pollerKey)
 	pgtest.Exec(t, conn, "SELECT pg_advisory_lock(3, 4)")
 	t.Cleanup(func() { _, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock(3, 4)") })
@@ -384,12 +384,12 @@ func sameFields(t *testing.T, what string, m map[string]any, want []string) {
 }
 
 func TestWhoNeverPrintsThePassword(t *testing.T) {
-	pw, err := testLab.Password()
+	pw, err := needLab(t).Password()
 	if err != nil {
 		t.Fatal(err)
 	}
-	good := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/postgres?sslmode=disable", testLab.User, pw, testLab.Primary.Port)
-	bad := fmt.Sprintf("postgres://%s:%s-wrong@127.0.0.1:%d/postgres?sslmode=disable", testLab.User, pw, testLab.Primary.Port)
+	good := fmt.Sprintf("postgres://%s:%s@127.0.0.1:%d/postgres?sslmode=disable", needLab(t).User, pw, needLab(t).Primary.Port)
+	bad := fmt.Sprintf("postgres://%s:%s-wrong@127.0.0.1:%d/postgres?sslmode=disable", needLab(t).User, pw, needLab(t).Primary.Port)
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -413,7 +413,11 @@ func TestWhoNeverPrintsThePassword(t *testing.T) {
 
 func TestWhoInputErrors(t *testing.T) {
 	keysPath := whoKeys(t)
-	res := who(t, keysPath, "pollr")
+	// These are refused before who connects: the DSN points nowhere.
+	refused := func(args ...string) cliResult {
+		return runCLI(t, nil, append([]string{"--dsn", "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", "--keys", keysPath, "who"}, args...)...)
+	}
+	res := refused("pollr")
 	if res.Code != ExitUsage || !strings.Contains(res.Stderr, `unknown role "pollr"`) ||
 		!strings.Contains(res.Stderr, "poller, scheduler, reconciler") || strings.Contains(res.Stderr, "goroutine") {
 		t.Errorf("unknown role: exit %d, stderr %q", res.Code, res.Stderr)
@@ -424,7 +428,7 @@ func TestWhoInputErrors(t *testing.T) {
 		{"--watch=1ms"},
 		{"--bogus"},
 	} {
-		if res := who(t, keysPath, args...); res.Code != ExitUsage || !strings.HasPrefix(res.Stderr, "error: ") {
+		if res := refused(args...); res.Code != ExitUsage || !strings.HasPrefix(res.Stderr, "error: ") {
 			t.Errorf("%v: exit %d, stderr %q; want 2", args, res.Code, res.Stderr)
 		}
 	}
@@ -441,7 +445,7 @@ func TestWhoInputErrors(t *testing.T) {
 	// Without a keys file, numeric keys and --all still work; role names need it.
 	missing := filepath.Join(t.TempDir(), "nope.yaml")
 	noKeys := func(args ...string) cliResult {
-		return runCLIWith(t, context.Background(), map[string]string{"LEASECTL_DSN": testLab.DirectDSN()}, false, "", append([]string{"who"}, args...)...)
+		return runCLIWith(t, context.Background(), map[string]string{"LEASECTL_DSN": needLab(t).DirectDSN()}, false, "", append([]string{"who"}, args...)...)
 	}
 	t.Chdir(t.TempDir())
 	if res := noKeys("42"); res.Code != 0 {
@@ -453,7 +457,7 @@ func TestWhoInputErrors(t *testing.T) {
 	if res := noKeys("poller"); res.Code != ExitUsage || !strings.Contains(res.Stderr, "keys.yaml not found") {
 		t.Errorf("who poller without keys.yaml: exit %d: %s", res.Code, res.Stderr)
 	}
-	if res := runCLI(t, map[string]string{"LEASECTL_DSN": testLab.DirectDSN()}, "--keys", missing, "who", "42"); res.Code != ExitUsage {
+	if res := runCLI(t, map[string]string{"LEASECTL_DSN": needLab(t).DirectDSN()}, "--keys", missing, "who", "42"); res.Code != ExitUsage {
 		t.Errorf("a named keys file that is missing: exit %d, want 2", res.Code)
 	}
 }
@@ -508,7 +512,7 @@ func watchWith(t *testing.T, tty bool, out *frameWriter, args ...string) (string
 		IO:     &IOStreams{In: strings.NewReader(""), Out: out, ErrOut: &errOut, InTTY: tty, OutTTY: tty, ErrTTY: tty},
 		Getenv: func(string) string { return "" },
 	}
-	code := Run(ctx, app, append([]string{"--dsn", testLab.DirectDSN(), "--keys", whoKeys(t), "who"}, args...))
+	code := Run(ctx, app, append([]string{"--dsn", needLab(t).DirectDSN(), "--keys", whoKeys(t), "who"}, args...))
 	return out.buf.String(), errOut.String(), code
 }
 
@@ -522,7 +526,7 @@ func watch(t *testing.T, tty bool, frames int, args ...string) (string, int) {
 }
 
 func TestWhoWatch(t *testing.T) {
-	conn := pgtest.Conn(t, testLab.DirectDSN(), "watched")
+	conn := pgtest.Conn(t, needLab(t).DirectDSN(), "watched")
 	hold(t, conn, pollerKey)
 	pid := pidOf(t, conn)
 
@@ -567,7 +571,7 @@ func TestWhoWatch(t *testing.T) {
 // first frame: the next reading fails, is reported, and the one after comes
 // from a new connection.
 func TestWhoWatchReconnects(t *testing.T) {
-	admin := pgtest.Conn(t, testLab.DirectDSN(), "admin")
+	admin := pgtest.Conn(t, needLab(t).DirectDSN(), "admin")
 	var pids []float64
 	out := &frameWriter{n: 2, onWrite: func(p []byte) {
 		var doc map[string]any

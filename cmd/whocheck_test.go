@@ -25,11 +25,11 @@ func TestWhoCheckAndVerifyAgreeOnOneLeader(t *testing.T) {
 	if err := os.WriteFile(keysPath, []byte(fmt.Sprintf("roles:\n  lead: %d\n  shared: %d\n  prepared: %d\n", leadKey, sharedKey, preparedKey)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	leader := pgtest.Conn(t, testLab.DirectDSN(), "the-leader")
+	leader := pgtest.Conn(t, needLab(t).DirectDSN(), "the-leader")
 	hold(t, leader, leadKey)
-	sharer := pgtest.Conn(t, testLab.DirectDSN(), "a-sharer")
+	sharer := pgtest.Conn(t, needLab(t).DirectDSN(), "a-sharer")
 	pgtest.Exec(t, sharer, "SELECT pg_advisory_lock_shared($1)", int64(sharedKey))
-	gid := pgtest.PreparedLock(t, testLab, preparedKey)
+	gid := pgtest.PreparedLock(t, needLab(t), preparedKey)
 
 	if res := who(t, keysPath, "lead", "--check"); res.Code != 0 {
 		t.Errorf("who --check lead: exit %d, want 0\n%s%s", res.Code, res.Stdout, res.Stderr)

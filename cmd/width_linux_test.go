@@ -45,7 +45,7 @@ func openPTY(t *testing.T, cols uint16) (master, slave *os.File) {
 // $COLUMNS overrides the terminal's width.
 func TestWhoOnAPseudoTerminal(t *testing.T) {
 	keysPath := writeFile(t, "keys.yaml", "roles:\n  poller: 1840900021\n  scheduler: 1840900022\n")
-	hold(t, pgtest.Conn(t, testLab.DirectDSN(), "poller-7f9c"), 1840900021)
+	hold(t, pgtest.Conn(t, needLab(t).DirectDSN(), "poller-7f9c"), 1840900021)
 	for _, tc := range []struct {
 		columns string
 		width   int
@@ -64,7 +64,7 @@ func TestWhoOnAPseudoTerminal(t *testing.T) {
 			}
 			return ""
 		}}
-		code := Run(context.Background(), app, []string{"--dsn", testLab.DirectDSN(), "--keys", keysPath, "who"})
+		code := Run(context.Background(), app, []string{"--dsn", needLab(t).DirectDSN(), "--keys", keysPath, "who"})
 		slave.Close()
 		<-read                                                // the master reads EIO once the slave is closed
 		out := strings.ReplaceAll(got.String(), "\r\n", "\n") // the terminal's line discipline
@@ -75,8 +75,8 @@ func TestWhoOnAPseudoTerminal(t *testing.T) {
 			t.Errorf("COLUMNS %q: no styles on a terminal:\n%q", tc.columns, out)
 		}
 		linesWithin(t, "who on a pseudo-terminal", out, tc.width)
-		if h := tableHeader(t, sgrOnly.ReplaceAllString(out, "")); strings.Join(h, ",") != strings.Join(whoNarrowColumns, ",") {
-			t.Errorf("COLUMNS %q: columns %q, want %q", tc.columns, h, whoNarrowColumns)
+		if h := tableHeader(t, sgrOnly.ReplaceAllString(out, "")); strings.Join(h, ",") != strings.Join(sessionNarrowColumns, ",") {
+			t.Errorf("COLUMNS %q: columns %q, want %q", tc.columns, h, sessionNarrowColumns)
 		}
 		row(t, sgrOnly.ReplaceAllString(out, ""), "poller", "HELD", "poller-7f9c")
 		noRawControls(t, "who on a pseudo-terminal", out)

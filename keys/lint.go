@@ -22,7 +22,8 @@ const (
 	RuleProbeKey         = "PROBE_KEY"
 )
 
-// RuleDoc describes one rule for help texts and the README.
+// RuleDoc describes one rule for the keys commands' help texts and the
+// rules tables of docs/guide/keys.md (whose test holds it complete).
 type RuleDoc struct {
 	Name     string
 	Severity Severity

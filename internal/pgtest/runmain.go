@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"sync"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/leasectl/leasectl/lab"
@@ -40,31 +42,124 @@ func RunMain(m TestingM, opts lab.Options, dst **lab.Lab) int {
 		watchdog(dir)
 		return 0
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	l, err := lab.Start(ctx, opts)
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: cannot start the test lab (real PostgreSQL and PgBouncer are required): %v\n", err)
+	z := NewLazy(opts)
+	z.once.Do(z.start)
+	if z.err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: %v\n", z.err)
 		return 1
 	}
-	*dst = l
+	*dst = z.lab
+	return z.runTests(m)
+}
+
+// Lazy is a test package's lab that starts only when a test first asks for
+// it ([Lazy.Get]), so that a run of tests that need no database (flag and
+// usage tests, say) starts no server at all. Use it with [RunMainLazy]:
+//
+//	var testLab = pgtest.NewLazy(lab.Options{})
+//
+//	func TestMain(m *testing.M) { os.Exit(pgtest.RunMainLazy(m, testLab)) }
+//
+//	func needLab(t testing.TB) *lab.Lab { return testLab.Get(t) }
+//
+// It has RunMain's guarantees: the lab is stopped after the tests, on
+// Ctrl-C, and by a watchdog should the test binary die.
+type Lazy struct {
+	opts lab.Options
+	once sync.Once
+
+	mu           sync.Mutex // held while starting and stopping
+	lab          *lab.Lab
+	err          error
+	stopped      bool
+	stopWatchdog func()
+}
+
+// NewLazy returns a lab, not started, that Get starts with opts.
+func NewLazy(opts lab.Options) *Lazy { return &Lazy{opts: opts} }
+
+// Get returns the lab, starting it if no test has yet. A lab that cannot
+// start fails the test (and every later one that asks) with the reason;
+// it is never a skip.
+func (z *Lazy) Get(t testing.TB) *lab.Lab {
+	t.Helper()
+	z.once.Do(z.start)
+	z.mu.Lock()
+	l, err := z.lab, z.err
+	z.mu.Unlock()
+	switch {
+	case err != nil:
+		t.Fatal(err)
+	case l == nil:
+		t.Fatal("the test lab was asked for after the tests ended")
+	}
+	return l
+}
+
+// start starts the lab and its watchdog, once.
+func (z *Lazy) start() {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.stopped {
+		z.err = fmt.Errorf("the test lab was asked for after the tests ended")
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	l, err := lab.Start(ctx, z.opts)
+	cancel()
+	if err != nil {
+		z.err = fmt.Errorf("cannot start the test lab (real PostgreSQL and PgBouncer are required): %w", err)
+		return
+	}
+	z.lab = l
 	if stop, err := startWatchdog(l.Dir); err != nil {
 		fmt.Fprintf(os.Stderr, "warning: no watchdog for the test lab (it stays behind if the tests crash): %v\n", err)
 	} else {
-		defer stop()
+		z.stopWatchdog = stop
 	}
+}
+
+// stop stops the lab if it was started; after it, Get fails.
+func (z *Lazy) stop(ctx context.Context) error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	z.stopped = true
+	if z.lab == nil {
+		return nil
+	}
+	err := z.lab.Stop(ctx)
+	z.lab = nil
+	if z.stopWatchdog != nil {
+		z.stopWatchdog()
+		z.stopWatchdog = nil
+	}
+	return err
+}
+
+// RunMainLazy runs the tests with z, which the first test that needs it
+// starts, and stops it after them; it returns the exit code for os.Exit.
+func RunMainLazy(m TestingM, z *Lazy) int {
+	if dir := os.Getenv(watchdogEnv); dir != "" {
+		watchdog(dir)
+		return 0
+	}
+	return z.runTests(m)
+}
+
+// runTests runs m, stopping the lab (if started) after it and on Ctrl-C.
+func (z *Lazy) runTests(m TestingM) int {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	go func() {
 		if _, ok := <-sigs; ok {
-			_ = l.Stop(context.Background())
+			_ = z.stop(context.Background())
 			os.Exit(130)
 		}
 	}()
 	code := m.Run()
 	signal.Stop(sigs)
 	close(sigs)
-	if err := l.Stop(context.Background()); err != nil {
+	if err := z.stop(context.Background()); err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: stop the test lab: %v\n", err)
 		if code == 0 {
 			code = 1

@@ -32,7 +32,55 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashEnv) != "" {
 		os.Exit(pgtest.RunMain(crasher{}, lab.Options{Poolers: []lab.PoolerSpec{}}, &crashLab))
 	}
-	os.Exit(m.Run())
+	// Lazily: only TestLazyLab starts labs, of its own; RunMainLazy also
+	// makes this binary the watchdog of their labs.
+	os.Exit(pgtest.RunMainLazy(m, pgtest.NewLazy(lab.Options{})))
+}
+
+// testsFunc runs "tests" that are a function.
+type testsFunc func() int
+
+func (f testsFunc) Run() int { return f() }
+
+// fatalTB records a Fatal instead of ending the test.
+type fatalTB struct {
+	testing.TB
+	fatal string
+}
+
+func (tb *fatalTB) Helper() {}
+
+func (tb *fatalTB) Fatal(args ...any) { tb.fatal = fmt.Sprint(args...) }
+
+// TestLazyLab: RunMainLazy starts no lab for tests that do not ask for
+// one; the first test that asks starts it, later ones get the same lab,
+// and it is stopped, its directory gone, once the tests end. Asked for
+// after that, it fails the test.
+func TestLazyLab(t *testing.T) {
+	idle := pgtest.NewLazy(lab.Options{Poolers: []lab.PoolerSpec{}})
+	if code := pgtest.RunMainLazy(testsFunc(func() int { return 0 }), idle); code != 0 {
+		t.Fatalf("tests that need no lab: exit %d", code)
+	}
+	late := &fatalTB{TB: t}
+	if l := idle.Get(late); l != nil || !strings.Contains(late.fatal, "after the tests ended") {
+		t.Errorf("a lab no test asked for: Get after the tests gave %v, %q", l, late.fatal)
+	}
+
+	used := pgtest.NewLazy(lab.Options{Poolers: []lab.PoolerSpec{}})
+	var first, second *lab.Lab
+	code := pgtest.RunMainLazy(testsFunc(func() int {
+		first, second = used.Get(t), used.Get(t)
+		return 0
+	}), used)
+	if code != 0 || first == nil || first != second {
+		t.Fatalf("exit %d; labs %p and %p, want one, started once", code, first, second)
+	}
+	if _, err := os.Stat(first.Dir); !os.IsNotExist(err) {
+		t.Errorf("the lab's directory %s is still there after the tests: %v", first.Dir, err)
+	}
+	if left := lab.ProcessesUsing(first.Dir); len(left) > 0 {
+		t.Errorf("processes %v still use the lab after the tests", left)
+	}
 }
 
 // TestWatchdogStopsTheLabOfACrashedTestBinary: a test binary that panics

@@ -1,0 +1,131 @@
+package cmd
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/charmbracelet/lipgloss"
+	"github.com/leasectl/leasectl/locks"
+)
+
+// The session table that who and failover (the holder it acts on) share:
+// one row per session that holds or awaits a key, fitted to the terminal.
+
+// sessionLayout is how the text of who (and of failover's holder table) is
+// laid out.
+type sessionLayout struct {
+	// Width to fit to; 0: none (stdout is not a terminal).
+	Width int
+	// Wide: every column (-o wide, and whenever there is no width, so
+	// that what scripts read stays as it was); else sessionNarrowColumns.
+	Wide bool
+}
+
+func sessionLayoutOf(app *App) sessionLayout {
+	w := app.Width()
+	return sessionLayout{Width: w, Wide: w == 0 || app.Global.Output == outputWide}
+}
+
+// writeSessionTable prints rows of sessionColumns (sessionRow's) as lay says.
+func writeSessionTable(w io.Writer, st styles, color bool, rows [][]string, lay sessionLayout) error {
+	opt := tableOptions{Width: lay.Width}
+	if color {
+		opt.Paint = map[string]func(string) string{"STATE": statePainter(st)}
+	}
+	if lay.Wide {
+		return writeTable(w, sessionColumns, rows, opt)
+	}
+	keep := make([]int, len(sessionNarrowColumns))
+	for i, name := range sessionNarrowColumns {
+		keep[i] = slices.Index(sessionColumns, name)
+	}
+	narrow := make([][]string, len(rows))
+	for i, r := range rows {
+		cells := make([]string, len(keep))
+		for j, col := range keep {
+			cells[j] = r[col]
+		}
+		if r[0] == "-" { // no role: name the key
+			cells[0] = "key " + r[1]
+		}
+		narrow[i] = cells
+	}
+	return writeTable(w, sessionNarrowColumns, narrow, opt)
+}
+
+// statePainter styles the state at the start of a STATE cell ("HELD", "HELD
+// STALE", "FREE", "waiting"), leaving the rest (", 1 waiting") plain.
+func statePainter(st styles) func(string) string {
+	states := []struct {
+		word  string
+		style lipgloss.Style
+	}{
+		{string(locks.Held) + " STALE", st.Fail}, {string(locks.Held), st.OK}, {string(locks.Free), st.Fail}, {"waiting", st.Warn},
+	}
+	return func(cell string) string {
+		for _, s := range states {
+			if strings.HasPrefix(cell, s.word) {
+				return s.style.Render(s.word) + cell[len(s.word):]
+			}
+		}
+		return cell
+	}
+}
+
+func waitingSuffix(l locks.RoleLocks) string {
+	if n := len(l.Waiters); n > 0 {
+		return fmt.Sprintf(", %d waiting", n)
+	}
+	return ""
+}
+
+func sessionRow(role, key, state string, s locks.Claimant, now time.Time) []string {
+	pid, client, connected, last := strconv.Itoa(int(s.PID)), "", "", ""
+	app := s.Application
+	switch {
+	case s.Prepared != nil:
+		pid, client, connected = "none", "-", "-"
+		app = fmt.Sprintf("prepared xact %q", s.Prepared.GID)
+		if d, ok := s.Idle(now); ok {
+			last = "prepared " + fmtAge(d) + " ago"
+		}
+	case s.Gone:
+		client, connected, last = "gone", "gone", "session ended"
+	case s.Hidden:
+		client, connected, last = "hidden", "hidden", "hidden"
+	default:
+		client = clientAddr(s)
+		connected = fmtAge(now.Sub(s.BackendStart))
+		last = s.State
+		if d, ok := s.Waited(now); ok {
+			last = "waiting " + fmtAge(d)
+		} else if !s.StateChange.IsZero() {
+			last += " " + fmtAge(now.Sub(s.StateChange))
+		}
+	}
+	if app == "" {
+		app = `""` // an empty application_name, not a missing one
+	}
+	return []string{role, key, state, pid, s.User, app, client, connected, orDash(last)}
+}
+
+func clientAddr(s locks.Claimant) string {
+	if s.ClientAddr == "" {
+		return "local socket"
+	}
+	return net.JoinHostPort(s.ClientAddr, strconv.Itoa(int(s.ClientPort)))
+}
+
+// sessionColumns are the columns of who's table with -o wide, and when stdout
+// is not a terminal; sessionNarrowColumns those on a terminal, which fit in 80
+// columns for typical names. Narrow, a lock of no role shows its key as
+// "key N" in ROLE.
+var (
+	sessionColumns       = []string{"ROLE", "KEY", "STATE", "PID", "USER", "APPLICATION", "CLIENT", "CONNECTED", "LAST ACTIVITY"}
+	sessionNarrowColumns = []string{"ROLE", "STATE", "PID", "APPLICATION", "LAST ACTIVITY"}
+)

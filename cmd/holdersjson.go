@@ -1,0 +1,195 @@
+package cmd
+
+import (
+	"time"
+
+	"github.com/leasectl/leasectl/locks"
+)
+
+// The JSON pieces that several documents share (docs/json.md): a session
+// holding or awaiting a key (who, failover, verify), and a failover
+// (failover's document, and each clean_failover result of verify's).
+
+type sessionJSON struct {
+	PID             *int32        `json:"pid"`
+	PreparedXact    *preparedJSON `json:"prepared_xact"`
+	Mode            string        `json:"mode"`
+	User            string        `json:"user"`
+	ApplicationName string        `json:"application_name"`
+	ClientAddr      *string       `json:"client_addr"`
+	ClientPort      *int32        `json:"client_port"`
+	BackendStart    *time.Time    `json:"backend_start"`
+	State           *string       `json:"state"`
+	StateChange     *time.Time    `json:"state_change"`
+	IdleMS          *float64      `json:"idle_ms"`
+	WaitStart       *time.Time    `json:"wait_start"`
+	WaitMS          *float64      `json:"wait_ms"`
+	Stale           bool          `json:"stale"`
+	Hidden          bool          `json:"hidden"`
+	Gone            bool          `json:"gone"`
+}
+
+type preparedJSON struct {
+	GID        string    `json:"gid"`
+	PreparedAt time.Time `json:"prepared_at"`
+	Owner      string    `json:"owner"`
+}
+
+func (s *sessionJSON) appendJSON(a *jsonAppender) {
+	a.open('{')
+	a.key("pid")
+	a.int32Ptr(s.PID)
+	a.key("prepared_xact")
+	if p := s.PreparedXact; p == nil {
+		a.null()
+	} else {
+		a.open('{')
+		a.key("gid")
+		a.str(p.GID)
+		a.key("prepared_at")
+		a.time(p.PreparedAt)
+		a.key("owner")
+		a.str(p.Owner)
+		a.close('}')
+	}
+	a.key("mode")
+	a.str(s.Mode)
+	a.key("user")
+	a.str(s.User)
+	a.key("application_name")
+	a.str(s.ApplicationName)
+	a.key("client_addr")
+	a.strPtr(s.ClientAddr)
+	a.key("client_port")
+	a.int32Ptr(s.ClientPort)
+	a.key("backend_start")
+	a.timePtr(s.BackendStart)
+	a.key("state")
+	a.strPtr(s.State)
+	a.key("state_change")
+	a.timePtr(s.StateChange)
+	a.key("idle_ms")
+	a.floatPtr(s.IdleMS)
+	a.key("wait_start")
+	a.timePtr(s.WaitStart)
+	a.key("wait_ms")
+	a.floatPtr(s.WaitMS)
+	a.key("stale")
+	a.bool(s.Stale)
+	a.key("hidden")
+	a.bool(s.Hidden)
+	a.key("gone")
+	a.bool(s.Gone)
+	a.close('}')
+}
+
+// sessionJSONOf renders s as read at now; staleAfter 0 means no staleness
+// threshold applies (stale is false).
+func sessionJSONOf(s locks.Claimant, now time.Time, staleAfter time.Duration) sessionJSON {
+	j := sessionJSON{Mode: "exclusive", User: s.User, ApplicationName: s.Application,
+		Stale: staleAfter > 0 && s.Stale(now, staleAfter), Hidden: s.Hidden, Gone: s.Gone}
+	if s.Shared {
+		j.Mode = "shared"
+	}
+	if s.Prepared != nil {
+		j.PreparedXact = &preparedJSON{GID: s.Prepared.GID, PreparedAt: s.Prepared.PreparedAt, Owner: s.Prepared.Owner}
+	} else {
+		j.PID = &s.PID
+	}
+	if s.ClientAddr != "" {
+		j.ClientAddr, j.ClientPort = &s.ClientAddr, &s.ClientPort
+	}
+	j.BackendStart, j.StateChange, j.WaitStart = timeOrNil(s.BackendStart), timeOrNil(s.StateChange), timeOrNil(s.WaitStart)
+	if s.State != "" {
+		j.State = &s.State
+	}
+	if d, ok := s.Idle(now); ok {
+		j.IdleMS = msPtr(d)
+	}
+	if d, ok := s.Waited(now); ok {
+		j.WaitMS = msPtr(d)
+	}
+	return j
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// failoverJSON is one failover, in failover's output and in verify's
+// clean_failover results.
+type failoverJSON struct {
+	Role          *string      `json:"role"`
+	Key           string       `json:"key"`
+	Path          string       `json:"path"`
+	Resign        *resignJSON  `json:"resign"`
+	OldHolder     sessionJSON  `json:"old_holder"`
+	OldGone       bool         `json:"old_gone"`
+	TerminateMS   *float64     `json:"terminate_ms"`
+	TookOver      bool         `json:"took_over"`
+	NewHolder     *sessionJSON `json:"new_holder"`
+	TakeoverMS    *float64     `json:"takeover_ms"`
+	TakeoverClock *string      `json:"takeover_clock"`
+	// ReleasedBeforeSignal: the terminated holder had released the key in
+	// the moment between the holder check and the signal.
+	ReleasedBeforeSignal bool `json:"released_before_signal"`
+}
+
+// resignJSON is the request to step down.
+type resignJSON struct {
+	Answered    bool     `json:"answered"`
+	AnswerMS    *float64 `json:"answer_ms"`
+	Released    bool     `json:"released"`
+	ReleaseMS   *float64 `json:"release_ms"`
+	StopTimeout *float64 `json:"stop_timeout_ms"`
+	Fallback    *string  `json:"fallback"`
+}
+
+// takeoverClock names the clock the takeover time was measured on.
+func takeoverClock(tk *locks.Takeover) string {
+	if tk.ByServerClock {
+		return "server"
+	}
+	return "client"
+}
+
+func failoverJSONOf(res *locks.Failover) failoverJSON {
+	t := res.Target
+	j := failoverJSON{
+		Key:       t.Locks.Key.String(),
+		Path:      res.Path,
+		OldHolder: sessionJSONOf(t.Holder, t.Now, 0), // no staleness threshold applies
+	}
+	if t.Locks.Role != "" {
+		j.Role = &t.Locks.Role
+	}
+	if rs := res.Resign; rs != nil {
+		r := &resignJSON{Answered: rs.Answered, Released: rs.Released}
+		if rs.Answered {
+			ms, stop := millis(rs.AnswerTook), float64(rs.Ack.StopTimeoutMS)
+			r.AnswerMS, r.StopTimeout = &ms, &stop
+		}
+		if rs.Released {
+			ms := millis(rs.ReleaseTook)
+			r.ReleaseMS = &ms
+		}
+		if rs.Fallback != "" {
+			r.Fallback = &rs.Fallback
+		}
+		j.Resign = r
+	}
+	if term := res.Termination; term != nil {
+		ms := millis(term.Took)
+		j.OldGone, j.TerminateMS = term.Gone, &ms
+	}
+	if tk := res.Takeover; tk != nil {
+		nh := sessionJSONOf(tk.Holder, tk.Now, 0)
+		ms, clock := millis(tk.After), takeoverClock(tk)
+		j.TookOver, j.NewHolder, j.TakeoverMS, j.TakeoverClock = true, &nh, &ms, &clock
+		j.ReleasedBeforeSignal = tk.BeforeSignal
+	}
+	return j
+}
