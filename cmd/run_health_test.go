@@ -97,7 +97,7 @@ func TestRunHealthAndReadiness(t *testing.T) {
 // /readyz says it is not ready.
 func TestRunHealthBetweenRestarts(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200051)
-	r := startRun(t, runEnv(f, testLab.DirectDSN()), "--role", "poller", "--restart", "--retry-interval", "10m",
+	r := startRun(t, runEnv(f, needLab(t).DirectDSN()), "--role", "poller", "--restart", "--retry-interval", "10m",
 		"--metrics-addr", "127.0.0.1:0", "--", "true")
 	r.stderr.WaitFor(t, "--restart: standing by again", 1, hang)
 	waitStatus(t, probeURL(t, r, "/healthz"), http.StatusOK, "ok: restarting")
