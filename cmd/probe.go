@@ -39,7 +39,7 @@ it does not (safety: a lease here can elect two leaders), or that a lease there
 would not work (liveness: stand-bys cannot wait, sessions are cut), or that it
 could not be shown. Ctrl-C interrupts it with no verdict (exit 130).
 
-The runbook's probe (backend pid, temp table, pid again, row back) passes
+The textbook session probe (backend pid, temp table, pid again, row back) passes
 through a quiet transaction-mode pooler, which then lets two clients both take
 the lock. So while connection A holds the probe key, further connections
 through the same DSN must get other backends of the same server and be refused

@@ -33,9 +33,9 @@ func newVerifyCmd(app *App, runF func(*verifyOptions) error) *cobra.Command {
 	opts := &verifyOptions{app: app}
 	c := &cobra.Command{
 		Use:   "verify [ROLE...]",
-		Short: "Run the runbook's checks against a live deployment: one leader, clean failover, pooler rejection",
-		Long: `The runbook's "Verify it" section as one command, for game days and
-post-deploy checks. For each role of keys.yaml (or each ROLE named):
+		Short: "Check a live deployment: one leader, clean failover, pooler rejection",
+		Long: `The checks to run after a deploy and on game days, as one command.
+For each role of keys.yaml (or each ROLE named):
 
   one_leader        exactly one session holds the role's key, and it is not
                     stale (idle longer than --stale)

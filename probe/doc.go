@@ -1,7 +1,7 @@
 // Package probe answers one question before anyone trusts a lease: over
 // this DSN, does a session-level advisory lock give mutual exclusion?
 //
-// The runbook's probe (backend pid, temp table, pid again, row back) is
+// The textbook session probe (backend pid, temp table, pid again, row back) is
 // necessary but not sufficient: through a quiet PgBouncer in transaction
 // mode the lone client keeps getting the same pooled backend, the temp table
 // survives, and the probe passes, while two clients then both win the lock.

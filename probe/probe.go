@@ -348,7 +348,7 @@ func (p *run) connConfig() *pgx.ConnConfig {
 
 // connectAll opens A and starts the contenders' connections, which go on in
 // the background: the probe's cost is mostly connection setup, and it must
-// not cost more than the runbook's single connection.
+// not cost much more than the textbook probe's single connection.
 func (p *run) connectAll(ctx context.Context) error {
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.opts.Timeout)
 	p.cancelBG = cancel

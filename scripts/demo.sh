@@ -32,7 +32,7 @@ run 'leasectl probe "$LEASECTL_LAB_DSN"'
 say "...PgBouncer in session mode is a proxy, but safe..."
 run 'leasectl probe "$LEASECTL_LAB_SESSION_DSN"'
 
-say "...and the transaction pooler is refused, although the runbook's probe passes there"
+say "...and the transaction pooler is refused, although the textbook session probe passes there"
 run 'leasectl probe "$LEASECTL_LAB_TX_DSN"'
 
 say "keys.yaml is a deployment API: keys diff catches a changed key before it ships"

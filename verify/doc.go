@@ -1,5 +1,5 @@
-// Package verify runs the runbook's "Verify it" checks against a live
-// deployment, for game days and post-deploy gates: for each role, that
+// Package verify runs the post-deploy and game-day checks against a live
+// deployment: for each role, that
 // exactly one live session leads it (one_leader); optionally, that a forced
 // failover moves the lease to another session within a limit and the old
 // backend is gone (clean_failover); and that the session-stability probe

@@ -1,5 +1,5 @@
 // Command worker is an example service with a leader-only queue poller
-// behind the runbook's two gates:
+// behind two gates:
 //
 //  1. The poller is compiled in only with a build tag: go build -tags worker.
 //     A default build carries no poller code at all (poller_off.go).

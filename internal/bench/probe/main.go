@@ -1,5 +1,5 @@
 // Command probe benchmarks `leasectl probe` (the whole process) against psql
-// running the runbook's six-statement probe from a file, on the same server
+// running the textbook six-statement session probe from a file, on the same server
 // in the same run, alternating the two so that machine noise hits both.
 //
 //	go run ./internal/bench/probe [-n 40]
@@ -25,13 +25,14 @@ import (
 	"github.com/leasectl/leasectl/lease"
 )
 
-// runbook is the runbook's probe: each statement its own transaction.
-const runbook = `SELECT pg_backend_pid();
-CREATE TEMP TABLE runbook_probe AS SELECT 1 AS v;
-INSERT INTO runbook_probe VALUES (2);
+// textbookProbe is the textbook session probe: each statement its own
+// transaction.
+const textbookProbe = `SELECT pg_backend_pid();
+CREATE TEMP TABLE textbook_probe AS SELECT 1 AS v;
+INSERT INTO textbook_probe VALUES (2);
 SELECT pg_backend_pid();
-SELECT count(*) FROM runbook_probe;
-DROP TABLE runbook_probe;
+SELECT count(*) FROM textbook_probe;
+DROP TABLE textbook_probe;
 `
 
 func main() {
@@ -64,8 +65,8 @@ func run(n int) error {
 	if _, err := os.Stat(psql); err != nil {
 		return fmt.Errorf("psql not found next to %s (apt-get install postgresql-client): %w", bins.Postgres, err)
 	}
-	sqlFile := filepath.Join(tmp, "runbook.sql")
-	if err := os.WriteFile(sqlFile, []byte(runbook), 0o644); err != nil {
+	sqlFile := filepath.Join(tmp, "textbookProbe.sql")
+	if err := os.WriteFile(sqlFile, []byte(textbookProbe), 0o644); err != nil {
 		return err
 	}
 	l, err := lab.Start(ctx, lab.Options{})
@@ -74,7 +75,7 @@ func run(n int) error {
 	}
 	defer l.Stop(context.Background())
 
-	fmt.Printf("leasectl probe vs %s -f runbook.sql (6 statements), %d alternating runs each, %s\n\n", psql, n, l.Version)
+	fmt.Printf("leasectl probe vs %s -f textbookProbe.sql (6 statements), %d alternating runs each, %s\n\n", psql, n, l.Version)
 	fmt.Printf("%-22s %12s %12s %12s %12s %8s\n", "target", "psql median", "probe median", "psql p90", "probe p90", "ratio")
 	for _, target := range []struct {
 		name, dsn string
