@@ -91,11 +91,7 @@ and a node out of a listener every 100ms.`,
 			if err := opts.validateUp(); err != nil {
 				return err
 			}
-			if runF != nil {
-				opts.Op = c.Name()
-				return runF(opts)
-			}
-			return runLabUp(c.Context(), opts)
+			return labRun(c, opts, runF, runLabUp)
 		},
 	}
 	c.Flags().BoolVar(&opts.Standby, "standby", false, "also start a streaming hot standby (pg_basebackup -R)")
@@ -275,11 +271,7 @@ func newLabDownCmd(opts *labOptions, runF func(*labOptions) error) *cobra.Comman
 		Long:  "Stop every process the lab started, wait until they are gone, and remove the lab's files.",
 		Args:  noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if runF != nil {
-				opts.Op = c.Name()
-				return runF(opts)
-			}
-			return runLabDown(c.Context(), opts)
+			return labRun(c, opts, runF, runLabDown)
 		},
 	}
 }
@@ -327,11 +319,7 @@ switchover, kill-primary); run "lab env" again after those.`,
   leasectl lab env --shell fish | source`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if runF != nil {
-				opts.Op = c.Name()
-				return runF(opts)
-			}
-			return runLabEnv(opts)
+			return labRun(c, opts, runF, runLabEnv)
 		},
 	}
 	c.Flags().StringVar(&opts.Shell, "shell", "sh", "syntax of the lines: sh (also bash, zsh) or fish")
@@ -339,7 +327,7 @@ switchover, kill-primary); run "lab env" again after those.`,
 }
 
 // runLabEnv is `leasectl lab env`.
-func runLabEnv(opts *labOptions) error {
+func runLabEnv(_ context.Context, opts *labOptions) error {
 	l, err := lab.Load(opts.Dir)
 	if err != nil {
 		return err
@@ -374,17 +362,13 @@ In an HA lab: etcd, each node's Patroni (REST port) and PostgreSQL with the
 role Patroni gives it, and HAProxy's primary and replicas ports.`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if runF != nil {
-				opts.Op = c.Name()
-				return runF(opts)
-			}
-			return runLabStatus(opts)
+			return labRun(c, opts, runF, runLabStatus)
 		},
 	}
 }
 
 // runLabStatus is `leasectl lab status`.
-func runLabStatus(opts *labOptions) error {
+func runLabStatus(_ context.Context, opts *labOptions) error {
 	l, err := lab.Load(opts.Dir)
 	if err != nil {
 		return err
@@ -572,11 +556,7 @@ nodes running.`,
   leasectl lab switchover -o json`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if runF != nil {
-				opts.Op = c.Name()
-				return runF(opts)
-			}
-			return runLabSwitchover(c.Context(), opts)
+			return labRun(c, opts, runF, runLabSwitchover)
 		},
 	}
 }
@@ -616,11 +596,7 @@ Needs a lab started with --ha whose replica streams.`,
   leasectl lab revive node1`,
 		Args: noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
-			if runF != nil {
-				opts.Op = c.Name()
-				return runF(opts)
-			}
-			return runLabKillPrimary(c.Context(), opts)
+			return labRun(c, opts, runF, runLabKillPrimary)
 		},
 	}
 }
@@ -664,11 +640,7 @@ or as the primary when no other node is. NODE is node1 or node2.`,
 		ValidArgs: []string{"node1", "node2"},
 		RunE: func(c *cobra.Command, args []string) error {
 			opts.Node = args[0]
-			if runF != nil {
-				opts.Op = c.Name()
-				return runF(opts)
-			}
-			return runLabRevive(c.Context(), opts)
+			return labRun(c, opts, runF, runLabRevive)
 		},
 	}
 }
@@ -707,4 +679,14 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// labRun runs a lab subcommand: runF when a test injected one (with Op set
+// to the subcommand's name), else the real run function.
+func labRun(c *cobra.Command, opts *labOptions, runF func(*labOptions) error, run func(context.Context, *labOptions) error) error {
+	if runF != nil {
+		opts.Op = c.Name()
+		return runF(opts)
+	}
+	return run(c.Context(), opts)
 }
