@@ -107,7 +107,7 @@ characters escaped (\x1b, \r, \u202e).`,
 	f := c.Flags()
 	f.BoolVar(&opts.All, "all", false, "also show advisory locks whose keys are in no role of keys.yaml")
 	f.DurationVar(&opts.Stale, "stale", 45*time.Second, "flag a holder idle for longer than this as STALE (three missed 15s heartbeats)")
-	f.BoolVar(&opts.Check, "check", false, "exit 1 when a requested role has no holder or a stale one")
+	f.BoolVar(&opts.Check, "check", false, "exit 1 when a requested role has no single live leader (no holder, a stale one, a shared hold or a prepared transaction)")
 	f.DurationVarP(&opts.Watch, "watch", "w", 0, "redraw until Ctrl-C, every 2s or every `INTERVAL` given after \"=\" (--watch=5s, -w=5s)")
 	f.Lookup("watch").NoOptDefVal = defaultWatchInterval.String()
 	setOutputs(c, formatText, outputWide, formatJSON)
