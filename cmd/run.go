@@ -178,7 +178,7 @@ func runRun(ctx context.Context, opts *runOptions) error {
 	// /healthz: while the database is down, the retries only log.
 	logger := slog.New(metrics.LogHandler(newRunLogger(errOut, opts.LogFormat).Handler()))
 	// Warnings (a password on the command line) are log records too, in
-	// --log-format.
+	// the log's format (-o).
 	app.warn = func(msg string) { logger.Warn(msg) }
 	connCfg, _, err := app.ConnConfig("")
 	if err != nil {
