@@ -22,6 +22,10 @@ type IOStreams struct {
 	// it cannot be read), else 0; see App.Width. Tests set it to fit
 	// output to a width without a terminal.
 	Width int
+	// TermWidth, when set, reads the terminal's width now, so that output
+	// drawn again and again (who --watch) follows a resized window; 0 when
+	// it cannot be read.
+	TermWidth func() int
 }
 
 // SystemStreams are the process's stdin, stdout and stderr.
@@ -36,9 +40,13 @@ func fileStreams(in, out, errOut *os.File) *IOStreams {
 		InTTY: isTTY(in), OutTTY: isTTY(out), ErrTTY: isTTY(errOut),
 	}
 	if s.OutTTY {
-		if w, _, err := term.GetSize(int(out.Fd())); err == nil && w > 0 {
-			s.Width = w
+		s.TermWidth = func() int {
+			if w, _, err := term.GetSize(int(out.Fd())); err == nil && w > 0 {
+				return w
+			}
+			return 0
 		}
+		s.Width = s.TermWidth()
 	}
 	return s
 }

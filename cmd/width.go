@@ -15,7 +15,8 @@ const defaultTermWidth = 80
 // Width is the width, in columns, that text output is fitted to: 0 (no
 // limit, lines are never wrapped) when stdout is not a terminal, since
 // scripts read those lines; else $COLUMNS when it is set to a positive
-// number, else the terminal's width (80 if it cannot be read). Tests set
+// number, else the terminal's width as it is now (80 if it cannot be
+// read), so that who --watch follows a resized window. Tests set
 // IOStreams.Width to force a width without a terminal.
 func (a *App) Width() int {
 	if !a.IO.OutTTY {
@@ -23,6 +24,11 @@ func (a *App) Width() int {
 	}
 	if n, err := strconv.Atoi(strings.TrimSpace(a.Getenv("COLUMNS"))); err == nil && n > 0 {
 		return n
+	}
+	if a.IO.TermWidth != nil {
+		if w := a.IO.TermWidth(); w > 0 {
+			return w
+		}
 	}
 	if a.IO.Width > 0 {
 		return a.IO.Width

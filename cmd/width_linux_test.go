@@ -82,3 +82,20 @@ func TestWhoOnAPseudoTerminal(t *testing.T) {
 		noRawControls(t, "who on a pseudo-terminal", out)
 	}
 }
+
+// TestWidthFollowsAResizedTerminal: the width is read from the terminal
+// each time output is laid out, so that the frames of who --watch follow
+// a window that was resized.
+func TestWidthFollowsAResizedTerminal(t *testing.T) {
+	_, slave := openPTY(t, 60)
+	app := &App{IO: fileStreams(slave, slave, slave), Getenv: func(string) string { return "" }}
+	if w := app.Width(); w != 60 {
+		t.Fatalf("width %d on a terminal of 60 columns", w)
+	}
+	if err := unix.IoctlSetWinsize(int(slave.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 40, Col: 132}); err != nil {
+		t.Fatal(err)
+	}
+	if w := app.Width(); w != 132 {
+		t.Errorf("width %d after the terminal was resized to 132 columns", w)
+	}
+}
