@@ -55,6 +55,7 @@ func writeSessionTable(w io.Writer, st styles, color bool, rows [][]string, lay 
 		}
 		narrow[i] = cells
 	}
+	opt.Shrink = "APPLICATION"
 	return writeTable(w, sessionNarrowColumns, narrow, opt)
 }
 

@@ -22,14 +22,21 @@ const tablewriterMaxRows = 500
 // tableOptions say how writeTable lays a table out.
 type tableOptions struct {
 	// Width is the width to fit the table to, in columns; 0: no limit.
-	// Only the last column gives way: its text wraps, at blanks, under
-	// itself.
+	// The Shrink column gives way first, then the last column: its text
+	// wraps, at blanks, under itself.
 	Width int
+	// Shrink names the column (by its header) whose long cells are cut,
+	// ending in "…", to fit Width, down to minShrinkWidth: a name that only
+	// identifies (an application name), not a detail to read whole.
+	Shrink string
 	// Paint styles the cells of the column of that header: it gets a
 	// cell's escaped text and returns it styled. Only the styles it adds
 	// reach the terminal as escape codes.
 	Paint map[string]func(string) string
 }
+
+// minShrinkWidth is the narrowest the Shrink column is cut to.
+const minShrinkWidth = 16
 
 // minWrapWidth is the narrowest the last column is wrapped to: below it,
 // lines are left long rather than broken into a column of fragments.
@@ -53,6 +60,9 @@ func writeTable(w io.Writer, header []string, rows [][]string, opt tableOptions)
 		}
 		safe = append(safe, cells)
 	}
+	if opt.Width > 0 && opt.Shrink != "" {
+		shrinkColumn(header, safe, slices.Index(header, opt.Shrink), opt.Width)
+	}
 	if opt.Width > 0 && len(header) > 1 {
 		safe = wrapLastColumn(header, safe, opt.Width)
 	}
@@ -68,6 +78,38 @@ func writeTable(w io.Writer, header []string, rows [][]string, opt tableOptions)
 		}
 	}
 	return layoutTable(w, header, safe)
+}
+
+// shrinkColumn cuts the cells of column col that make the table wider
+// than width, ending them in "…", but never below minShrinkWidth (nor the
+// header's width).
+func shrinkColumn(header []string, rows [][]string, col, width int) {
+	if col < 0 {
+		return
+	}
+	total, colW := 2*(len(header)-1), 0
+	for c := range header {
+		w := cellWidth(header[c])
+		for _, r := range rows {
+			if c < len(r) {
+				w = max(w, cellWidth(r[c]))
+			}
+		}
+		total += w
+		if c == col {
+			colW = w
+		}
+	}
+	fit := max(colW-(total-width), minShrinkWidth, cellWidth(header[col]))
+	if total <= width || fit >= colW {
+		return
+	}
+	for _, r := range rows {
+		if col < len(r) && cellWidth(r[col]) > fit {
+			head, _ := cutWidth(r[col], fit-1)
+			r[col] = head + "…"
+		}
+	}
 }
 
 // wrapLastColumn wraps the last column's text so that every line fits in

@@ -347,6 +347,11 @@ func TestOutputFitsTheWidth(t *testing.T) {
 	})
 	sched := pgtest.Conn(t, needLab(t).DirectDSN(), "leasectl run scheduler@vm1")
 	hold(t, sched, widthSchedulerKey)
+	// An application name as long as the server keeps (63 bytes): narrow
+	// who cuts it to fit, -o wide and piped output show it whole.
+	const longApp = "reconciler-batch-worker-eu-west-1-production-blue-7f9c5d8b6-x2k"
+	recon := pgtest.Conn(t, needLab(t).DirectDSN(), longApp)
+	hold(t, recon, 1840900013)
 	global := []string{"--dsn", needLab(t).DirectDSN(), "--keys", keysPath}
 
 	var narrow cliResult
@@ -365,6 +370,9 @@ func TestOutputFitsTheWidth(t *testing.T) {
 	}
 	row(t, narrow.Stdout, "poller", "HELD,", "1", "waiting", pidOf(t, leaderConn), "poller-7f9c", "idle")
 	row(t, narrow.Stdout, "scheduler", "HELD", pidOf(t, sched), "leasectl", "run", "scheduler@vm1")
+	if r, ok := findRow(narrow.Stdout, "reconciler", "HELD"); !ok || !strings.Contains(r, longApp[:12]) || strings.Contains(r, longApp) || !strings.Contains(r, "…") {
+		t.Errorf("narrow who: the long application name is not cut to fit: %q", r)
+	}
 
 	for _, tc := range []struct {
 		name  string
@@ -380,6 +388,7 @@ func TestOutputFitsTheWidth(t *testing.T) {
 			t.Errorf("%s: columns %q, want every column %q", tc.name, h, sessionColumns)
 		}
 		row(t, res.Stdout, "poller", strconv.Itoa(widthPollerKey), "HELD,", "1", "waiting", pidOf(t, leaderConn), needLab(t).User, "poller-7f9c", "idle")
+		row(t, res.Stdout, "reconciler", "HELD", pidOf(t, recon), longApp)
 	}
 	if piped, wide := runSized(t, nil, false, 0, "", append(global, "who")...), runSized(t, nil, false, 0, "", append(global, "who", "-o", "wide")...); tableHeader(t, piped.Stdout)[0] != "ROLE" ||
 		strings.Count(piped.Stdout, "\n") != strings.Count(wide.Stdout, "\n") {
