@@ -244,7 +244,7 @@ func TestHostileDSNs(t *testing.T) {
 		{"empty host list", "postgres://app:" + hostilePW + "@,/app?port=1", unreachable("connect to ", ".s.PGSQL.1", "no server socket at that path"), "no server socket"},
 		{"closed port", fmt.Sprintf("postgres://app:%s@127.0.0.1:%d/app?sslmode=disable", hostilePW, closedPort(t)),
 			unreachable("connection refused", "is the server running? check the host and port in the DSN"), "connection refused"},
-		{"unresolvable host", "postgres://app:" + hostilePW + "@host.invalid:5432/app", unreachable("connect to host.invalid:5432"), "host.invalid"},
+		{"unresolvable host", "postgres://app:" + hostilePW + "@host.invalid:5432/app", unreachable("connect to host.invalid:5432", "the host name does not resolve: check the DSN"), "host.invalid"},
 		{"wrong password", withPassword(needLab(t).DirectDSN(), needLab(t).User),
 			unreachable("password authentication failed", "check the user and password in the DSN, PGPASSWORD or the pgpass file"), "password authentication failed"},
 		{"wrong password through PgBouncer", withPassword(needLab(t).PoolerDSN("session"), needLab(t).User),

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"slices"
 	"strconv"
@@ -178,6 +179,7 @@ func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
 		slices.SortStableFunc(ce.secrets, func(a, b string) int { return len(b) - len(a) })
 	}
 	var pgErr *pgconn.PgError
+	var dnsErr *net.DNSError
 	switch {
 	case isAuthError(err):
 		ce.hint = fmt.Sprintf("authentication failed for user %q: check the user and password in the DSN, PGPASSWORD or the pgpass file", cfg.User)
@@ -190,20 +192,29 @@ func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
 		ce.hint = "the server has no free connection slots: raise max_connections or close idle sessions"
 	case ce.TimedOut():
 		ce.hint = "no answer in time: is the host reachable and the port right?"
-	case strings.Contains(err.Error(), "connection refused"):
+	case errors.Is(err, syscall.ECONNREFUSED):
 		ce.hint = "is the server running? check the host and port in the DSN"
-	case strings.Contains(err.Error(), "no such host"):
+	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
 		ce.hint = "the host name does not resolve: check the DSN"
-	case strings.Contains(err.Error(), "invalid body length") || strings.Contains(err.Error(), "unexpected message") || strings.Contains(err.Error(), "unknown message type"):
+	case isProtocolError(err):
 		ce.hint = "whatever answers there does not speak the PostgreSQL protocol: check the host and port in the DSN"
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
 		ce.hint = "the connection was closed during the handshake: is a PostgreSQL server or pooler listening there? check the host and port in the DSN, and the server's log"
-	case strings.Contains(err.Error(), "no such file or directory"):
+	case errors.Is(err, fs.ErrNotExist):
 		ce.hint = "no server socket at that path: is the server running? check host= in the DSN"
 	default:
 		ce.hint = "check the DSN and that the server is running"
 	}
 	return ce
+}
+
+// isProtocolError reports whether err is pgx's complaint about bytes that
+// are not the PostgreSQL protocol (an HTTP server, say). pgproto3 does not
+// export these error types, so their messages are all there is to go by;
+// only the hint depends on it, never the exit code.
+func isProtocolError(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "invalid body length") || strings.Contains(msg, "unexpected message") || strings.Contains(msg, "unknown message type")
 }
 
 // conciseCause renders the reason a connection failed without pgx's
