@@ -184,7 +184,7 @@ func (m *Metrics) ServeHealth(w http.ResponseWriter, _ *http.Request) {
 	}
 	switch {
 	case state == lease.Stopped && restartIn == 0:
-		httpStatus(w, http.StatusServiceUnavailable, "stopped: leasectl run is exiting")
+		httpStatus(w, http.StatusServiceUnavailable, "stopped: the lease has ended and will not run again")
 	case quiet > limit:
 		httpStatus(w, http.StatusServiceUnavailable, fmt.Sprintf("stuck: the lease loop has shown no sign of life for %s (limit %s)", quiet.Round(time.Second), limit))
 	default:
