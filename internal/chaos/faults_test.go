@@ -471,15 +471,20 @@ func haFailover(t *testing.T, f *fleet, res *result) {
 // conn's server.
 func checkHolder(t *testing.T, conn *pgx.Conn, where, backendPID string) {
 	t.Helper()
+	if holder, ok := roleKeyHolder(t, conn); !ok || strconv.Itoa(int(holder.PID)) != backendPID {
+		t.Errorf("on %s the key is held by %+v (held: %v), want the leader's backend %s", where, holder, ok, backendPID)
+	}
+}
+
+// roleKeyHolder returns the holder of the role's key on conn's server.
+func roleKeyHolder(t *testing.T, conn *pgx.Conn) (locks.Claimant, bool) {
+	t.Helper()
 	k := locks.BigintKey(roleKey)
 	snap, err := locks.Read(context.Background(), conn, locks.Filter{Keys: []locks.Key{k}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder, ok := snap.Find(k).Holder()
-	if !ok || strconv.Itoa(int(holder.PID)) != backendPID {
-		t.Errorf("on %s the key is held by %+v (held: %v), want the leader's backend %s", where, holder, ok, backendPID)
-	}
+	return snap.Find(k).Holder()
 }
 
 // standbyWatch polls a standby's pg_locks for the role's key.
