@@ -49,12 +49,20 @@ func (t *programTree) stop(log *slog.Logger, deadline time.Time, msg string) {
 	killed := false
 	logged := false
 	for {
-		var left []int
-		for _, p := range t.members() {
-			left = append(left, p.pid)
-		}
+		left := t.memberPIDs()
 		if len(left) == 0 {
-			return
+			// A process whose parent is exiting right now is being
+			// reparented to this subreaper, and one walk of the children
+			// lists can miss it: it was not yet in this process's list
+			// when that was read, and no longer in its parent's when that
+			// was. Look once more, a moment later, before an empty tree is
+			// trusted and the key passes on (the fault suite's double-fork
+			// daemons overlapped 3 times in 16 runs of 50 takeovers without
+			// this).
+			time.Sleep(time.Millisecond)
+			if left = t.memberPIDs(); len(left) == 0 {
+				return
+			}
 		}
 		if !logged {
 			log.Warn(msg, "pid", t.pid, "processes", len(left))
@@ -80,6 +88,15 @@ func (t *programTree) stop(log *slog.Logger, deadline time.Time, msg string) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// memberPIDs returns the pids of the tree's live members.
+func (t *programTree) memberPIDs() []int {
+	var pids []int
+	for _, p := range t.members() {
+		pids = append(pids, p.pid)
+	}
+	return pids
 }
 
 // owned holds the pids of the programs Command started and has not yet
