@@ -41,39 +41,11 @@ func (t *programTree) members() []proc {
 		if p.zombie {
 			continue
 		}
-		if p.pgrp == t.pid || pid == t.pid || descendsFrom(procs, pid, t.pid) {
+		if p.pgrp == t.pid || pid == t.pid || descends(procs, pid, t.pid) {
 			out = append(out, p)
 		}
 	}
 	return out
-}
-
-// descendsFrom reports whether pid is a descendant of ancestor.
-func descendsFrom(procs map[int]proc, pid, ancestor int) bool {
-	for range 1 << 12 {
-		p, ok := procs[pid]
-		switch {
-		case !ok:
-			return false
-		case p.ppid == ancestor:
-			return true
-		case p.ppid <= 1:
-			return false
-		}
-		pid = p.ppid
-	}
-	return false
-}
-
-// signal sends sig to the program's process group and to every member of
-// the tree outside it: each process gets it once.
-func (t *programTree) signal(sig syscall.Signal) {
-	_ = syscall.Kill(-t.pid, sig)
-	for _, p := range t.members() {
-		if p.pgrp != t.pid {
-			_ = syscall.Kill(p.pid, sig)
-		}
-	}
 }
 
 // becomeSubreaper reports false: macOS has no child subreaper.

@@ -171,34 +171,6 @@ func isZombie(pid int) bool {
 	return !ok || p.zombie // gone, or a zombie
 }
 
-// descends reports whether pid is a descendant of ancestor.
-func descends(procs map[int]proc, pid, ancestor int) bool {
-	for range 1 << 12 { // a cycle cannot happen, but bound the walk anyway
-		p, ok := procs[pid]
-		switch {
-		case !ok:
-			return false
-		case p.ppid == ancestor:
-			return true
-		case p.ppid <= 1:
-			return false
-		}
-		pid = p.ppid
-	}
-	return false
-}
-
-// signal sends sig to the program's process group and to every member of
-// the tree outside it: each process gets it once.
-func (t *programTree) signal(sig syscall.Signal) {
-	_ = syscall.Kill(-t.pid, sig)
-	for _, p := range t.members() {
-		if p.pgrp != t.pid {
-			_ = syscall.Kill(p.pid, sig)
-		}
-	}
-}
-
 // subreaper is whether this process became a child subreaper.
 var subreaper struct {
 	once sync.Once

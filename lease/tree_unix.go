@@ -1,0 +1,33 @@
+//go:build linux || darwin
+
+package lease
+
+import "syscall"
+
+// descends reports whether pid is a descendant of ancestor in procs.
+func descends(procs map[int]proc, pid, ancestor int) bool {
+	for range 1 << 12 { // a cycle cannot happen, but bound the walk anyway
+		p, ok := procs[pid]
+		switch {
+		case !ok:
+			return false
+		case p.ppid == ancestor:
+			return true
+		case p.ppid <= 1:
+			return false
+		}
+		pid = p.ppid
+	}
+	return false
+}
+
+// signal sends sig to the program's process group and to every member of
+// the tree outside it: each process gets it once.
+func (t *programTree) signal(sig syscall.Signal) {
+	_ = syscall.Kill(-t.pid, sig)
+	for _, p := range t.members() {
+		if p.pgrp != t.pid {
+			_ = syscall.Kill(p.pid, sig)
+		}
+	}
+}
