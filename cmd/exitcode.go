@@ -7,7 +7,7 @@ import (
 
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/errkind"
-	"github.com/leasectl/leasectl/lease"
+	"github.com/leasectl/leasectl/supervisor"
 	"github.com/spf13/cobra"
 )
 
@@ -60,7 +60,7 @@ func (e *CheckFailedError) Is(target error) bool { return target == errkind.Chec
 // kinds of package errkind, and dbconn classifies what the server and the
 // network said.
 func ExitCode(err error) int {
-	var childExit *lease.ExitError
+	var childExit *supervisor.ExitError
 	switch {
 	case err == nil:
 		return ExitOK
@@ -89,7 +89,7 @@ func printError(w io.Writer, c *cobra.Command, err error) {
 	if errors.As(err, &check) && check.Message == "" {
 		return // the verdict was rendered already
 	}
-	var childExit *lease.ExitError
+	var childExit *supervisor.ExitError
 	if errors.As(err, &childExit) {
 		return // leasectl run: the program's own status, logged already
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
+	"github.com/leasectl/leasectl/supervisor"
 )
 
 // TestExitCodesByKind: the packages' errors, wrapped as commands wrap them,
@@ -24,7 +25,7 @@ func TestExitCodesByKind(t *testing.T) {
 		want int
 	}{
 		{nil, ExitOK},
-		{&lease.ExitError{Code: 42}, 42},
+		{&supervisor.ExitError{Code: 42}, 42},
 		{wrap(probe.ErrInterrupted), ExitInterrupted},
 		{usageErrorf("bad flag"), ExitUsage},
 		{&InputError{Err: errors.New("bad file")}, ExitUsage},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/lease/leasehttp"
+	"github.com/leasectl/leasectl/supervisor"
 	"github.com/leasectl/leasectl/timing"
 	"github.com/spf13/cobra"
 )
@@ -151,7 +152,7 @@ var errStopped = errors.New("leasectl run was told to stop")
 
 func runRun(ctx context.Context, opts *runOptions) error {
 	app := opts.app
-	if err := lease.CommandSupport(); err != nil {
+	if err := supervisor.Support(); err != nil {
 		return &InputError{Err: fmt.Errorf("leasectl run: %w", err)}
 	}
 	role, key, err := opts.roleKey()
@@ -195,9 +196,9 @@ func runRun(ctx context.Context, opts *runOptions) error {
 	if app.OwnProcess {
 		// As a container's PID 1, every orphan in the container is ours
 		// to reap, on a stand-by too.
-		defer lease.ReapAsInit()()
+		defer supervisor.ReapAsInit()()
 	}
-	proc := &lease.Command{
+	proc := &supervisor.Command{
 		Path: path, Args: opts.Command, Env: os.Environ(),
 		Stdout: app.IO.Out, Stderr: errOut,
 		Grace: opts.Grace,
@@ -218,7 +219,7 @@ func runRun(ctx context.Context, opts *runOptions) error {
 
 	leaseCtx, stop := stopOnSignals(ctx, proc, logger)
 	defer stop()
-	err = lease.Supervise(leaseCtx, cfg, proc.Work, lease.RestartPolicy{
+	err = supervisor.Run(leaseCtx, cfg, proc.Work, supervisor.RestartPolicy{
 		Restart: opts.Restart,
 		Delay:   opts.RetryInterval,
 		OnRestart: func(err error, after time.Duration) {
@@ -277,7 +278,7 @@ func (o *runOptions) roleKey() (string, int64, error) {
 
 // stopOnSignals returns the lease's context and a function that ends it.
 // The first SIGINT or SIGTERM ends the lease's context with a
-// lease.StopSignal cause, which the running program gets (Command.Work
+// supervisor.StopSignal cause, which the running program gets (Command.Work
 // passes it on); a later one is forwarded to the program at once. Ending
 // the context before the program is signalled makes the outcome the same
 // every time: the program's exit is a stop, never an exit by itself that
@@ -285,7 +286,7 @@ func (o *runOptions) roleKey() (string, int64, error) {
 // stops the lease as well. leasectl's own signal handling also cancels
 // ctx, but without saying which signal, so the lease's context is detached
 // from ctx and this handler decides.
-func stopOnSignals(ctx context.Context, proc *lease.Command, logger *slog.Logger) (context.Context, func()) {
+func stopOnSignals(ctx context.Context, proc *supervisor.Command, logger *slog.Logger) (context.Context, func()) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	leaseCtx, stop := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -300,7 +301,7 @@ func stopOnSignals(ctx context.Context, proc *lease.Command, logger *slog.Logger
 			case s := <-sigs:
 				sig := s.(syscall.Signal)
 				logger.Info("signal received; stopping", "signal", sig.String())
-				cause := &lease.StopSignal{Signal: sig, Err: errStopped}
+				cause := &supervisor.StopSignal{Signal: sig, Err: errStopped}
 				stop(cause)
 				if context.Cause(leaseCtx) != error(cause) {
 					// Stopping already: the program, if it runs, has

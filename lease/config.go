@@ -109,9 +109,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Key == locks.DefaultProbeKey {
 		return c, &ConfigError{"Key", fmt.Sprintf("%d is the probe's key (locks.DefaultProbeKey); give the role its own key", c.Key)}
 	}
-	if c.Role == "" {
-		c.Role = defaultRole(c.Key)
-	}
+	c.Role = c.Name()
 	for _, d := range []struct {
 		v    *time.Duration
 		def  time.Duration
@@ -161,9 +159,13 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// defaultRole is the name of a lease without a Role: "key N".
-func defaultRole(key int64) string {
-	return "key " + strconv.FormatInt(key, 10)
+// Name is how the lease names itself in logs, metrics and its term
+// record: Role, or "key N" when Role is empty.
+func (c Config) Name() string {
+	if c.Role != "" {
+		return c.Role
+	}
+	return "key " + strconv.FormatInt(c.Key, 10)
 }
 
 // DefaultApplicationName is "PREFIX ROLE@HOSTNAME", the application_name

@@ -24,8 +24,9 @@
 // failover --force`, idle_session_timeout), a stand-by gets the key at once
 // but waits for the fence, so the old work and the new never overlap, and
 // the handover takes the old work's stop time plus milliseconds. A program
-// run by [Command] inherits the fence session's socket, so a SIGKILLed
-// leader's fence outlives it until its program is gone.
+// run by package supervisor inherits the fence session's socket
+// ([Session.DupFenceSocket]), so a SIGKILLed leader's fence outlives it
+// until its program is gone.
 //
 // While leading, Run keeps reading both idle connections, so the server's
 // FATAL (the session was terminated, the server is shutting down) or EOF is
@@ -56,10 +57,8 @@
 // is the moment to advance a fencing token that the program's own
 // transactions check.
 //
-// [Command] runs an external program as the work of a lease, and
-// [Supervise] runs Run under a [RestartPolicy]; together they are what
-// `leasectl run` does. To stop a program with the signal that stops this
-// process, end the lease's context with a [StopSignal] cause. Package
-// lease/leasehttp serves a lease's Prometheus metrics and its /healthz and
-// /readyz checks, as `leasectl run --metrics-addr` does.
+// Package supervisor runs an external program as a lease's work, the way
+// `leasectl run` does. Package lease/leasehttp serves a lease's Prometheus
+// metrics and its /healthz and /readyz checks, as `leasectl run
+// --metrics-addr` does.
 package lease

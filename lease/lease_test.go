@@ -404,33 +404,6 @@ func (h *countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return &countingHandler{Handler: h.Handler.WithAttrs(as), msg: h.msg, hits: h.hits}
 }
 
-// TestCommandRunsOnlyUnderTheLease: the program sees the lease in its
-// environment and the lease socket as descriptor 3, and its exit status
-// comes back as an *ExitError.
-func TestCommandRunsOnlyUnderTheLease(t *testing.T) {
-	const key = 9100010
-	dir := t.TempDir()
-	events, err := leasetest.Listen(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer events.Close()
-	w := witnessBin(t)
-	cmd := &lease.Command{Path: w, Args: []string{w, "-notify", events.Path, "-exit", "5"}, Grace: time.Second}
-	err = lease.Run(context.Background(), baseConfig(testLab.DirectDSN(), key, newRecorder()), cmd.Work)
-	var exit *lease.ExitError
-	if !errors.As(err, &exit) || exit.Code != 5 {
-		t.Fatalf("Run = %v, want the program's exit status 5", err)
-	}
-	ev, ok := events.Next(time.Minute)
-	if !ok || ev.Kind != leasetest.Start || ev.Role != "test" || ev.Key != "9100010" || ev.BackendPID == "" || ev.LeaseFD != "socket" {
-		t.Errorf("the program reported %+v", ev)
-	}
-	if err := (&lease.Command{Path: w}).Work(context.Background()); err == nil {
-		t.Error("Command.Work outside lease.Run started a program")
-	}
-}
-
 // TestNewLeaderWaitsForTheStopFence: when the server ends the leader's
 // session (pg_terminate_backend), a stand-by gets the key at once, but must
 // not start work until the old leader's work has returned: the old leader

@@ -2,7 +2,7 @@
 // HTTP: Prometheus metrics at /metrics, and the health checks /healthz
 // and /readyz that Kubernetes probes ask. It is what `leasectl run
 // --metrics-addr` serves, for any program that holds a lease with
-// lease.Run, lease.Supervise or lease.Command.
+// lease.Run, supervisor.Run or supervisor.Command.
 //
 // Wire a [Metrics] into the lease's hooks, and wrap the lease's log
 // handler with [Metrics.LogHandler]:
@@ -129,7 +129,7 @@ func (m *Metrics) OnStateChange(c lease.Change) {
 // delay: the Stopped state that ended the last run is then not the end of
 // the process, and /healthz stays 200 through the wait (its window grows
 // by delay) while /readyz says "restarting". It fits
-// lease.RestartPolicy.OnRestart.
+// supervisor.RestartPolicy.OnRestart.
 func (m *Metrics) OnRestart(_ error, delay time.Duration) {
 	m.mu.Lock()
 	m.restartIn = max(delay, time.Nanosecond)
@@ -146,7 +146,7 @@ func (m *Metrics) OnHeartbeat(at time.Time) {
 	m.mu.Unlock()
 }
 
-// OnStart counts a start of the program; it is a lease.Command.OnStart.
+// OnStart counts a start of the program; it is a supervisor.Command.OnStart.
 func (m *Metrics) OnStart(int) {
 	m.mu.Lock()
 	m.children++

@@ -1,6 +1,6 @@
 //go:build linux || darwin
 
-package lease
+package supervisor
 
 import "syscall"
 

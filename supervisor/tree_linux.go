@@ -1,4 +1,4 @@
-package lease
+package supervisor
 
 import (
 	"bytes"
@@ -12,9 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// CommandSupport reports why Command cannot run programs on this system,
+// Support reports why Command cannot run programs on this system,
 // or nil. Linux has everything it needs.
-func CommandSupport() error { return nil }
+func Support() error { return nil }
 
 // childAttr starts the program in its own process group, and has the
 // kernel SIGKILL it when the thread that started it (see Work) exits, even

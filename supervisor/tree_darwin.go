@@ -1,4 +1,4 @@
-package lease
+package supervisor
 
 import (
 	"log/slog"
@@ -7,9 +7,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// CommandSupport reports nil: macOS runs programs under a lease, with two
+// Support reports nil: macOS runs programs under a lease, with two
 // limits that Command's doc names: no Pdeathsig and no child subreaper.
-func CommandSupport() error { return nil }
+func Support() error { return nil }
 
 // childAttr starts the program in its own process group. macOS has no
 // Pdeathsig: if this process is SIGKILLed the program keeps running, and

@@ -1,4 +1,4 @@
-package lease
+package supervisor
 
 import (
 	"context"
@@ -13,10 +13,12 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/leasectl/leasectl/lease"
 )
 
 // Command runs an external program as the work of a lease, the way
-// `leasectl run` does: pass its Work method to [Run].
+// `leasectl run` does: pass its Work method to [lease.Run] or [Run].
 //
 // The program starts only while the lease is held, directly (no shell), in
 // its own process group, with LEASECTL_ROLE, LEASECTL_KEY,
@@ -30,10 +32,11 @@ import (
 // The program's tree is its process group, every process whose environment
 // carries its LEASECTL_PROGRAM_ID (descendants that left the group or the
 // session: setsid, double forks), and, with Subreaper, every descendant of
-// this process. When work's context ends (the lease was lost, or Run is
-// stopping), the tree gets SIGTERM (the signal of a [StopSignal] cause
-// instead), and SIGKILL once Grace has passed since the first signal; when the program exits by itself, what is left of its
-// tree is stopped the same way. Work returns only once the whole tree is
+// this process. When work's context ends (the lease was lost, or the lease
+// is stopping), the tree gets SIGTERM (the signal of a [StopSignal] cause
+// instead), and SIGKILL once Grace has passed since the first signal; when
+// the program exits by itself, what is left of its tree is stopped the same
+// way. Work returns only once the whole tree is
 // gone, so nothing of it outlives the lease.
 type Command struct {
 	// Path is the program to run; Args are its arguments, Args[0] included.
@@ -107,7 +110,7 @@ func (c *Command) logger() *slog.Logger {
 	return c.Logger
 }
 
-// StopSignal, as the cause of the context of [Run] or [Supervise]
+// StopSignal, as the cause of the context of [lease.Run] or [Run]
 // (context.WithCancelCause), stops a running program with Signal instead
 // of SIGTERM: it is how a process passes on the SIGINT or SIGTERM that
 // stops it, as `leasectl run` does.
@@ -166,25 +169,25 @@ func (c *Command) firstSignal() time.Time {
 	return c.signalled
 }
 
-// Work runs the program under the lease of ctx (see [SessionFrom]) until it
+// Work runs the program under the lease of ctx (see [lease.SessionFrom]) until it
 // exits, or until ctx ends and it has been stopped; either way it returns
 // only once the program's whole tree is gone. It returns nil for exit
 // status 0, an *ExitError otherwise, and a *StartError when the program
 // could not start.
 func (c *Command) Work(ctx context.Context) error {
-	sess, ok := SessionFrom(ctx)
+	sess, ok := lease.SessionFrom(ctx)
 	if !ok {
-		return errors.New("lease.Command.Work must be called by lease.Run")
+		return errors.New("supervisor.Command.Work must be called by lease.Run")
 	}
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	if err := CommandSupport(); err != nil {
+	if err := Support(); err != nil {
 		return &StartError{Path: c.Path, Err: err}
 	}
 	grace := c.Grace
 	if grace <= 0 {
-		grace = DefaultStopTimeout
+		grace = lease.DefaultStopTimeout
 	}
 	log := c.logger().With("backend_pid", sess.BackendPID)
 	id, err := programID()

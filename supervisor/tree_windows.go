@@ -1,4 +1,4 @@
-package lease
+package supervisor
 
 import (
 	"errors"
@@ -9,8 +9,8 @@ import (
 // errNoCommands is why Command cannot run a program on Windows.
 var errNoCommands = errors.New("a program cannot run under a lease on Windows: it needs process groups, signals and inherited sockets (run it on Linux, for example in a container, or use lease.Run in your own Go program)")
 
-// CommandSupport refuses: see errNoCommands.
-func CommandSupport() error { return errNoCommands }
+// Support refuses: see errNoCommands.
+func Support() error { return errNoCommands }
 
 func childAttr() *syscall.SysProcAttr        { return nil }
 func killPID(int, syscall.Signal)            {}

@@ -1,0 +1,7 @@
+package supervisor
+
+import "github.com/leasectl/leasectl/errkind"
+
+// Is makes a StartError of kind errkind.Input: the program cannot be run
+// as given.
+func (e *StartError) Is(target error) bool { return target == errkind.Input }

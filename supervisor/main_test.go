@@ -1,0 +1,60 @@
+package supervisor_test
+
+import (
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasectl/leasectl/internal/leasetest"
+	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/lease"
+)
+
+// testLab is shared by the package's tests: a primary.
+var (
+	testLab *lab.Lab
+	binDir  string
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	if binDir, err = os.MkdirTemp("", "supervisor-test-bin-"); err != nil {
+		panic(err)
+	}
+	code := pgtest.RunMain(m, lab.Options{}, &testLab)
+	os.RemoveAll(binDir)
+	os.Exit(code)
+}
+
+var (
+	witnessOnce sync.Once
+	witnessPath string
+	witnessErr  error
+)
+
+// witnessBin builds the witness program once per test binary.
+func witnessBin(t *testing.T) string {
+	t.Helper()
+	witnessOnce.Do(func() { witnessPath, witnessErr = leasetest.Build(binDir) })
+	if witnessErr != nil {
+		t.Fatal(witnessErr)
+	}
+	return witnessPath
+}
+
+// keyIsFree reports whether another session could take key now.
+func keyIsFree(t *testing.T, key int64) bool {
+	t.Helper()
+	return leasetest.KeyFree(t, testLab.DirectDSN(), key)
+}
+
+// baseConfig is a lease on key with fast retries and the real preflight
+// (the probe).
+func baseConfig(key int64) lease.Config {
+	return lease.Config{
+		Role: "test", Key: key, DSN: testLab.DirectDSN(),
+		RetryInterval: 200 * time.Millisecond, HeartbeatInterval: time.Hour, HeartbeatTimeout: 5 * time.Second,
+	}
+}
