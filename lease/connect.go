@@ -1,0 +1,145 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/probe"
+)
+
+// sessions are one connection attempt's two server sessions: the lease
+// session, which waits for and holds the key, and the stop fence session,
+// which holds the key's fence while work runs (see locks.Key.Fence).
+type sessions struct {
+	main, fenceConn *pgx.Conn
+	info, fenceInfo dbconn.ServerInfo
+	// mainSent and fenceSent are when a statement was last sent on each
+	// session: how long a session was silent when it ended.
+	mainSent, fenceSent time.Time
+}
+
+func (s *sessions) close(timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	// Terminate: the server ends the sessions, and any hold with them.
+	for _, c := range []*pgx.Conn{s.main, s.fenceConn} {
+		if c != nil {
+			_ = c.Close(ctx)
+		}
+	}
+}
+
+// open connects one session and reads which server and backend it reached.
+func (r *runner) open(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, dbconn.ServerInfo, error) {
+	var info dbconn.ServerInfo
+	timeout := cfg.ConnectTimeout
+	if timeout <= 0 {
+		timeout = r.cfg.HeartbeatTimeout
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := dbconn.Connect(cctx, cfg)
+	if err != nil {
+		return nil, info, err
+	}
+	qctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatTimeout)
+	defer cancel()
+	if info, err = dbconn.Server(qctx, conn); err != nil {
+		conn.Close(context.WithoutCancel(cctx))
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = fmt.Errorf("%w (connected, but the first statement got no answer within the heartbeat timeout %s: a pooler with no free server connection, or an overloaded server?)", err, r.cfg.HeartbeatTimeout)
+		}
+		return nil, info, err
+	}
+	return conn, info, nil
+}
+
+// connect opens the lease session and decides whether it may lead: the
+// server must be a primary and the preflight must pass. Only then does it
+// apply the session's settings, LISTEN for requests to step down, and set
+// up the stop fence session, which must reach the same server. The two
+// sessions and the preflight's probe connect at the same time: a reconnect
+// costs about one connection setup, not three.
+func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
+	s := &sessions{}
+	defer func() {
+		if err != nil {
+			s.close(r.cfg.HeartbeatTimeout)
+		}
+	}()
+	type opened struct {
+		conn *pgx.Conn
+		info dbconn.ServerInfo
+		err  error
+	}
+	fenceCh, probeCh := make(chan opened, 1), make(chan error, 1)
+	go func() {
+		var o opened
+		o.conn, o.info, o.err = r.open(ctx, preferHost(r.fenceCfg, r.primary))
+		fenceCh <- o
+	}()
+	go func() { probeCh <- r.cfg.Preflight(ctx, preferHost(r.cfg.ConnConfig, r.primary)) }()
+	s.main, s.info, err = r.open(ctx, preferHost(r.mainCfg, r.primary))
+	fence := <-fenceCh
+	s.fenceConn, s.fenceInfo = fence.conn, fence.info
+	probeErr := <-probeCh
+	switch {
+	case err != nil:
+		return nil, err
+	case fence.err != nil:
+		return nil, fmt.Errorf("open the stop fence session: %w", fence.err)
+	}
+	r.log.Info("connected", "backend_pid", s.info.BackendPID, "server", s.info.Addr, "port", s.info.Port, "version", s.info.VersionNum)
+	if s.info.InRecovery {
+		return nil, &RefusedError{BackendPID: s.info.BackendPID, Standby: true, Reason: "the server is a standby (pg_is_in_recovery): advisory locks there fence nothing on the primary; point the DSN at the primary (target_session_attrs=primary)"}
+	}
+	if probeErr != nil {
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		reason := "the session-stability probe refused this DSN: a lease over it could have two leaders"
+		var pe *ProbeError
+		standby := false
+		if errors.As(probeErr, &pe) {
+			if pe.Report.Refusal != probe.Safety {
+				reason = "the session-stability probe refused this DSN: a lease over it would not work"
+			}
+			c, _ := pe.Report.Check(probe.CheckPrimary)
+			standby = c.Status == probe.Fail
+		}
+		return nil, &RefusedError{BackendPID: s.info.BackendPID, Standby: standby, Reason: reason, Err: probeErr}
+	}
+	if !s.fenceInfo.Identity().SameServer(s.info.Identity()) || s.fenceInfo.InRecovery {
+		return nil, &RefusedError{BackendPID: s.info.BackendPID, Standby: true, Reason: fmt.Sprintf("a second connection over this DSN reached another server (%s) than the first (%s): a load balancer or proxy spreads connections over servers, where each holds its own locks", s.fenceInfo.Identity(), s.info.Identity())}
+	}
+	tcp := r.cfg.timing().ServerTCP(r.cfg.ServerTimeout)
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatTimeout)
+	defer cancel()
+	if err := setupSession(sctx, s.main, s.info.VersionNum, tcp); err != nil {
+		return nil, err
+	}
+	if err := locks.Listen(sctx, s.main, locks.ResignChannel(r.cfg.Key)); err != nil {
+		return nil, err
+	}
+	if err := setupSession(sctx, s.fenceConn, s.fenceInfo.VersionNum, tcp); err != nil {
+		return nil, fmt.Errorf("stop fence session: %w", err)
+	}
+	s.mainSent, s.fenceSent = time.Now(), time.Now()
+	r.markAlive()
+	return s, nil
+}
+
+// closeOnDone closes conn's socket when ctx ends, until the returned
+// function is called. It interrupts a statement that waits on the server
+// (pg_advisory_lock) without a cancel request (see dbconn.Connect): the
+// server sees the closed socket within client_connection_check_interval,
+// which the lease sets on its sessions, and the waiter leaves the queue.
+func closeOnDone(ctx context.Context, conn *pgx.Conn) (release func()) {
+	stop := context.AfterFunc(ctx, func() { _ = conn.PgConn().Conn().Close() })
+	return func() { stop() }
+}
