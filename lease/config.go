@@ -23,6 +23,7 @@ const (
 	DefaultHeartbeatInterval = timing.DefaultHeartbeatInterval
 	DefaultHeartbeatTimeout  = timing.DefaultHeartbeatTimeout
 	DefaultStopTimeout       = timing.DefaultStopTimeout
+	DefaultHistoryKeep       = 1000
 )
 
 // Config configures [Run]. Only Key and a database (DSN or ConnConfig) are
@@ -70,6 +71,11 @@ type Config struct {
 	// just as fast; a delay longer than the old work's stop time rules out
 	// the overlap, like consul's lock-delay.
 	TakeoverDelay time.Duration
+
+	// HistoryKeep is how many terms of the role the term record's history
+	// keeps (leasectl history); each new term deletes older ones. Default
+	// 1000.
+	HistoryKeep int
 
 	// ApplicationName is the application_name of the lease session, so
 	// that `leasectl who` and `leasectl failover` show which replica leads;
@@ -130,6 +136,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.ServerTimeout == 0 {
 		c.ServerTimeout = c.timing().DefaultServerTimeout()
+	}
+	if c.HistoryKeep < 0 {
+		return c, &ConfigError{"HistoryKeep", "it is negative"}
+	}
+	if c.HistoryKeep == 0 {
+		c.HistoryKeep = DefaultHistoryKeep
 	}
 	if c.TakeoverDelay < 0 {
 		return c, &ConfigError{"TakeoverDelay", "it is negative"}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
 )
@@ -98,6 +99,9 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 	if s.info.InRecovery {
 		return nil, &RefusedError{BackendPID: s.info.BackendPID, Standby: true, Reason: "the server is a standby (pg_is_in_recovery): advisory locks there fence nothing on the primary; point the DSN at the primary (target_session_attrs=primary)"}
 	}
+	// A new leader may be waiting for the end of a term this runner lost:
+	// record it first. A row update is safe over any connection.
+	r.recordPending(ctx, s.main)
 	if probeErr != nil {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
@@ -126,6 +130,10 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 	if err := locks.Listen(sctx, s.main, locks.ResignChannel(r.cfg.Key)); err != nil {
 		return nil, err
 	}
+	if err := locks.Listen(sctx, s.main, term.Channel(r.cfg.Key)); err != nil {
+		return nil, err
+	}
+	r.record = r.checkRecord(sctx, s)
 	if err := setupSession(sctx, s.fenceConn, s.fenceInfo.VersionNum, tcp); err != nil {
 		return nil, fmt.Errorf("stop fence session: %w", err)
 	}

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/locks"
 )
 
@@ -35,6 +37,35 @@ func (r *runner) prove(conn *pgx.Conn, key locks.Key, info dbconn.ServerInfo, al
 	return p.Check(key, info.BackendPID, info.Identity(), also)
 }
 
+// proveAndRenew proves the lease session's hold and, while it holds a term,
+// renews the term in the same round trip: the renewal is the heartbeat's
+// write check (a standby, or a term someone else ended, fails it).
+func (r *runner) proveAndRenew(s *sessions, also *locks.Hold) error {
+	if r.held == nil {
+		return r.prove(s.main, r.key, s.info, also)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.HeartbeatTimeout)
+	defer cancel()
+	var p locks.Proof
+	renewed := false
+	b := &pgx.Batch{}
+	b.Queue(term.RenewSQL, r.cfg.Key, r.held.id).Exec(func(tag pgconn.CommandTag) error {
+		renewed = tag.RowsAffected() == 1
+		return nil
+	})
+	locks.QueueProof(b, r.key, also, &p)
+	if err := s.main.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("renew the term: %w", err)
+	}
+	if err := p.Check(r.key, s.info.BackendPID, s.info.Identity(), also); err != nil {
+		return err
+	}
+	if !renewed {
+		return errTermEnded
+	}
+	return nil
+}
+
 // heartbeat proves, at the same time, that the lease session holds the
 // key (and the fence session the fence) and that the fence session holds
 // the fence on its own backend: one round trip, and neither session is
@@ -50,7 +81,7 @@ func (r *runner) heartbeat(s *sessions, also *locks.Hold) error {
 		fenceErr <- err
 	}()
 	s.mainSent = time.Now()
-	err := r.prove(s.main, r.key, s.info, also)
+	err := r.proveAndRenew(s, also)
 	if ferr := <-fenceErr; err == nil && ferr != nil {
 		err = fmt.Errorf("stop fence session: %w", ferr)
 	}

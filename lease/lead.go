@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/locks"
 )
 
@@ -62,14 +63,37 @@ func (r *runner) lead(ctx context.Context, s *sessions) outcome {
 			return outcome{final: true, err: r.release(s, context.Cause(ctx))}
 		}
 	}
+	var began term.Started
+	var gap time.Duration
+	if r.record {
+		prev, err := r.awaitPrevious(ctx, s)
+		if err == nil {
+			began, err = r.beginTerm(ctx, s)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return outcome{final: true, err: r.release(s, context.Cause(ctx))}
+			}
+			return outcome{err: fmt.Errorf("begin a term: %w", err)}
+		}
+		gap = leaderless(prev, began.Began)
+	}
 	r.drainNotes()
 	sess := &Session{Role: r.cfg.Role, Key: r.cfg.Key, BackendPID: s.info.BackendPID, FenceBackendPID: s.fenceInfo.BackendPID,
-		Since: time.Now(), conn: s.main, fence: s.fenceConn}
+		Since: time.Now(), Epoch: began.Epoch, conn: s.main, fence: s.fenceConn}
+	if r.held != nil {
+		sess.TermID = r.held.id
+	}
 	workCtx, cancelWork := context.WithCancelCause(context.WithValue(ctx, sessionKey{}, sess))
 	defer cancelWork(nil)
 	workDone := make(chan struct{})
 	var workErr error
-	r.setState(Leading, s.info.BackendPID, nil, "fence_backend_pid", s.fenceInfo.BackendPID, "fence_wait", fenceWait.Round(10*time.Microsecond))
+	r.leading = termChange{epoch: began.Epoch, leaderless: gap}
+	attrs := []any{"fence_backend_pid", s.fenceInfo.BackendPID, "fence_wait", fenceWait.Round(10 * time.Microsecond)}
+	if r.held != nil {
+		attrs = append(attrs, "epoch", began.Epoch)
+	}
+	r.setState(Leading, s.info.BackendPID, nil, attrs...)
 	go func() {
 		defer close(workDone)
 		workErr = r.work(workCtx)
@@ -139,6 +163,7 @@ func (r *runner) lead(ctx context.Context, s *sessions) outcome {
 		cancelWork(ErrResigned)
 		r.waitWork(workDone, "step down")
 		fw.stop()
+		r.endTerm(s, term.SteppedDown)
 		r.release(s, nil)
 		r.setState(StandingBy, s.info.BackendPID, ErrResigned)
 		return outcome{resigned: true}
@@ -151,6 +176,7 @@ func (r *runner) lead(ctx context.Context, s *sessions) outcome {
 	r.setState(Connecting, s.info.BackendPID, lost)
 	r.waitWork(workDone, "lost")
 	fw.stop()
+	r.endTerm(s, term.SessionLost)
 	r.releaseFence(s)
 	return outcome{err: lost}
 }
@@ -280,9 +306,10 @@ func (r *runner) waitWork(done <-chan struct{}, why string) {
 	<-done
 }
 
-// release unlocks the stop fence and then the key (Run closes the sessions
-// afterwards) and returns result.
+// release records the end of the held term, unlocks the stop fence and
+// then the key (Run closes the sessions afterwards) and returns result.
 func (r *runner) release(s *sessions, result error) error {
+	r.endTerm(s, term.Released)
 	r.releaseFence(s)
 	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.HeartbeatTimeout)
 	defer cancel()

@@ -37,6 +37,7 @@ func Run(ctx context.Context, cfg Config, work func(ctx context.Context) error) 
 		notes: make(chan *pgconn.Notification, 16)}
 	r.mainCfg, r.fenceCfg = c.sessionConfigs(r.onNotification)
 	defer r.setState(Stopped, 0, nil)
+	defer r.recordPendingOnExit()
 	return r.run(ctx)
 }
 
@@ -58,6 +59,18 @@ type runner struct {
 	// primary is the host a search last found to be the primary, tried
 	// first by the next connections; empty before any search.
 	primary hostPort
+
+	// record says the term record is usable on the current connection;
+	// held is the term this runner holds while it leads, pendingEnd one
+	// whose end it has yet to record (see term.go).
+	record     bool
+	held       *heldTerm
+	pendingEnd *pendingEnd
+	// leading is the term of the change to Leading about to be reported.
+	leading termChange
+	// evictDenied: the server refused to end a stale holder's session,
+	// which was logged once.
+	evictDenied bool
 }
 
 // outcome is how one connection's stand-by and leadership ended.
@@ -72,6 +85,9 @@ func (r *runner) setState(to State, pid uint32, err error, attrs ...any) {
 		return
 	}
 	ch := Change{From: r.state, To: to, Role: r.cfg.Role, Key: r.cfg.Key, BackendPID: pid, Err: err, At: time.Now()}
+	if to == Leading {
+		ch.Epoch, ch.Leaderless = r.leading.epoch, r.leading.leaderless
+	}
 	r.state = to
 	attrs = append([]any{"state", string(to), "backend_pid", pid}, attrs...)
 	if err != nil {

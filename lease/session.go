@@ -29,6 +29,11 @@ type Session struct {
 	FenceBackendPID uint32
 	// Since is when work was started.
 	Since time.Time
+	// Epoch and TermID name the term that work runs in (see package doc):
+	// the epoch increases with every term of the role. Both are zero when
+	// the term record is not available.
+	Epoch  int64
+	TermID string
 
 	conn, fence *pgx.Conn
 }
@@ -87,12 +92,18 @@ func dialer(tcp timing.TCP) pgconn.DialFunc {
 // leader's idle session. client_connection_check_interval (PostgreSQL 14+)
 // makes a stand-by's wait in pg_advisory_lock end within a second of its
 // client closing the connection: leasectl sends no cancel requests.
+// idle_in_transaction_session_timeout would end a session that a role
+// setting gives one. synchronous_commit=off would let a crash lose the last
+// term record the lease wrote (a new term, or an end) after the server
+// said it committed: its writes wait for the local WAL flush at least.
 const (
 	setupSQL = `SELECT set_config('tcp_keepalives_idle', $1, false),
        set_config('tcp_keepalives_interval', $2, false),
        set_config('tcp_keepalives_count', $3, false),
        set_config('tcp_user_timeout', $4, false),
-       set_config('statement_timeout', '0', false)`
+       set_config('statement_timeout', '0', false),
+       set_config('idle_in_transaction_session_timeout', '0', false),
+       CASE WHEN current_setting('synchronous_commit') = 'off' THEN set_config('synchronous_commit', 'local', false) END`
 	setupSQL14 = setupSQL + `,
        set_config('idle_session_timeout', '0', false),
        set_config('client_connection_check_interval', '1s', false)`

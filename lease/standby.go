@@ -31,6 +31,9 @@ func (r *runner) onConnection(ctx context.Context, s *sessions) outcome {
 				return outcome{err: err}
 			}
 			r.markAlive()
+			if r.record {
+				r.evictStale(ctx, s)
+			}
 			continue
 		}
 		// The server says the key is granted; prove that it is this

@@ -39,6 +39,11 @@ type Change struct {
 	// connection, a failed connect.
 	Err error
 	At  time.Time
+	// Epoch is the new term's epoch, on a change to Leading; 0 when the
+	// term record is not available. Leaderless is how long the role had no
+	// term before this one began (0 for its first).
+	Epoch      int64
+	Leaderless time.Duration
 }
 
 // LostError is the cause of work's context when the lease is lost

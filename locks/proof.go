@@ -49,6 +49,25 @@ SELECT pg_backend_pid(),
 // and for also when it is not nil: one round trip.
 func Prove(ctx context.Context, conn *pgx.Conn, key Key, also *Hold) (Proof, error) {
 	var p Proof
+	if err := conn.QueryRow(ctx, proofSQL, proofArgs(key, also)...).Scan(p.dest()...); err != nil {
+		return p, fmt.Errorf("prove the hold on key %s: %w", key, err)
+	}
+	return p, nil
+}
+
+// QueueProof adds Prove's statement to b, to run in the same round trip as
+// the batch's other statements (the lease's heartbeat renews its term
+// beside it); *p holds the proof once the batch has run without error.
+func QueueProof(b *pgx.Batch, key Key, also *Hold, p *Proof) {
+	b.Queue(proofSQL, proofArgs(key, also)...).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(p.dest()...); err != nil {
+			return fmt.Errorf("prove the hold on key %s: %w", key, err)
+		}
+		return nil
+	})
+}
+
+func proofArgs(key Key, also *Hold) []any {
 	classid, objid := key.LockTag()
 	var aClassid, aObjid uint32
 	var aForm int16
@@ -57,12 +76,10 @@ func Prove(ctx context.Context, conn *pgx.Conn, key Key, also *Hold) (Proof, err
 		aClassid, aObjid = also.Key.LockTag()
 		aForm, aPID = int16(also.Key.Form), int32(also.PID)
 	}
-	if err := conn.QueryRow(ctx, proofSQL, int64(classid), int64(objid), int16(key.Form),
-		int64(aClassid), int64(aObjid), aForm, aPID).Scan(append([]any{&p.PID, &p.Held, &p.AlsoHeld}, p.Server.Dest()...)...); err != nil {
-		return p, fmt.Errorf("prove the hold on key %s: %w", key, err)
-	}
-	return p, nil
+	return []any{int64(classid), int64(objid), int16(key.Form), int64(aClassid), int64(aObjid), aForm, aPID}
 }
+
+func (p *Proof) dest() []any { return append([]any{&p.PID, &p.Held, &p.AlsoHeld}, p.Server.Dest()...) }
 
 // Check compares the proof with what the session must be: backend pid, on
 // server, holding the key, on a primary, and, when also is not nil, the

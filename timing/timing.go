@@ -48,6 +48,14 @@ func (l Lease) Stopped() time.Duration { return l.Notice() + l.StopTimeout }
 // otherwise: Stopped plus one more HeartbeatTimeout of margin.
 func (l Lease) DefaultServerTimeout() time.Duration { return l.Stopped() + l.HeartbeatTimeout }
 
+// TermDeadline is how long after a term's last renewal, on the server's
+// clock, its holder has certainly stopped its work if it lost its sessions
+// (unless its process was frozen): the renewal's answer reaches the holder
+// up to HeartbeatTimeout after the server ran it, the holder notices a loss
+// within Notice of that, and stops its work within StopTimeout. A new
+// leader that finds the previous term not ended waits until then.
+func (l Lease) TermDeadline() time.Duration { return l.Stopped() + l.HeartbeatTimeout }
+
 // CheckServerTimeout reports why serverTimeout, the time the server keeps a
 // silent client's session, is unsafe for this lease: it must exceed Stopped.
 func (l Lease) CheckServerTimeout(serverTimeout time.Duration) error {

@@ -1,0 +1,146 @@
+package term
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/leasectl/leasectl/errkind"
+)
+
+// ErrNoSchema means the lease's database has no schema leasectl, or not
+// all of it: `leasectl fence init` creates it.
+var ErrNoSchema = errkind.New(errkind.CheckFailed, "the term record (schema leasectl) does not exist")
+
+// ddlLock is the transaction-level advisory lock that serialises schema
+// creation: replicas that connect at once would otherwise race in CREATE
+// ... IF NOT EXISTS (which can fail on a duplicate catalog entry). It is
+// the two-int4 form of a key in the probe's range, which no role and no
+// probe uses in that form.
+const ddlLock = `SELECT pg_advisory_xact_lock(1818583411, 0)`
+
+// DDL is the SQL that creates the schema leasectl, idempotently: what
+// `leasectl fence init` runs and --print-sql prints.
+const DDL = `CREATE SCHEMA IF NOT EXISTS leasectl;
+
+-- The current term of each role: one row per role key. It changes only
+-- when a term begins or ends, never at a renewal.
+CREATE TABLE IF NOT EXISTS leasectl.term (
+    key      bigint PRIMARY KEY,
+    role     text NOT NULL,
+    epoch    bigint NOT NULL,
+    term_id  text NOT NULL,
+    began    timestamptz NOT NULL,
+    ended    timestamptz
+);
+
+-- Every term of each role, newest kept: who led, when, with which
+-- timings, when it was last renewed, and how it ended.
+CREATE TABLE IF NOT EXISTS leasectl.term_history (
+    key                    bigint NOT NULL,
+    epoch                  bigint NOT NULL,
+    term_id                text NOT NULL,
+    role                   text NOT NULL,
+    host                   text NOT NULL,
+    os_pid                 integer NOT NULL,
+    backend_pid            integer NOT NULL,
+    backend_start          timestamptz NOT NULL,
+    fence_backend_pid      integer NOT NULL,
+    application_name       text NOT NULL,
+    heartbeat_interval_ms  bigint NOT NULL,
+    heartbeat_timeout_ms   bigint NOT NULL,
+    stop_timeout_ms        bigint NOT NULL,
+    began                  timestamptz NOT NULL,
+    renewed                timestamptz NOT NULL,
+    ended                  timestamptz,
+    end_reason             text,
+    evicted                timestamptz,
+    PRIMARY KEY (key, term_id)
+);
+CREATE INDEX IF NOT EXISTS term_history_key_epoch ON leasectl.term_history (key, epoch);
+`
+
+// checkSQL says whether this role may read and write both tables, which
+// exist.
+const checkSQL = `SELECT coalesce(has_table_privilege('leasectl.term', 'SELECT, INSERT, UPDATE') AND
+                has_table_privilege('leasectl.term_history', 'SELECT, INSERT, UPDATE, DELETE'), false)`
+
+// Status is whether a database has the term record.
+type Status int
+
+const (
+	// Ready: the tables exist and this role may use them.
+	Ready Status = iota
+	// Missing: the schema, or a table of it, does not exist.
+	Missing
+	// NoPrivilege: the tables exist, but this role may not read and write
+	// them.
+	NoPrivilege
+)
+
+// Check reports whether the database of q has the term record, usable by
+// this role.
+func Check(ctx context.Context, q Querier) (Status, error) {
+	var exists, usable bool
+	// has_table_privilege errors on a missing table: ask only when both
+	// exist.
+	err := q.QueryRow(ctx, `SELECT to_regclass('leasectl.term') IS NOT NULL AND to_regclass('leasectl.term_history') IS NOT NULL`).Scan(&exists)
+	if err != nil {
+		return Missing, fmt.Errorf("look for the term record: %w", err)
+	}
+	if !exists {
+		return Missing, nil
+	}
+	if err := q.QueryRow(ctx, checkSQL).Scan(&usable); err != nil {
+		return Missing, fmt.Errorf("look for the term record: %w", err)
+	}
+	if !usable {
+		return NoPrivilege, nil
+	}
+	return Ready, nil
+}
+
+// CreateError says why the schema could not be created.
+type CreateError struct {
+	Err error
+}
+
+func (e *CreateError) Error() string {
+	return fmt.Sprintf("create the term record (schema leasectl): %v", e.Err)
+}
+
+func (e *CreateError) Unwrap() error { return e.Err }
+
+// Denied reports whether the server refused for lack of privilege (42501),
+// rather than failing.
+func (e *CreateError) Denied() bool {
+	var pgErr *pgconn.PgError
+	return errors.As(e.Err, &pgErr) && pgErr.Code == "42501"
+}
+
+// Create runs DDL on conn in one transaction under ddlLock. It is
+// idempotent.
+func Create(ctx context.Context, conn *pgx.Conn) error {
+	if _, err := conn.Exec(ctx, "BEGIN; "+ddlLock+"; "+DDL+" COMMIT;"); err != nil {
+		if !conn.IsClosed() {
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+		}
+		return &CreateError{Err: err}
+	}
+	return nil
+}
+
+// Ensure creates the term record when it is missing and reports the
+// status afterwards. A *CreateError says why it could not be created.
+func Ensure(ctx context.Context, conn *pgx.Conn) (Status, error) {
+	st, err := Check(ctx, conn)
+	if err != nil || st != Missing {
+		return st, err
+	}
+	if err := Create(ctx, conn); err != nil {
+		return Missing, err
+	}
+	return Check(ctx, conn)
+}

@@ -1,0 +1,366 @@
+package term
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/leasectl/leasectl/timing"
+)
+
+// How a term ended, as the history records it.
+const (
+	// Released: the holder's work returned (it exited, or the lease was
+	// stopped), and the holder released the key.
+	Released = "released"
+	// SteppedDown: the holder was asked to step down (leasectl failover).
+	SteppedDown = "stepped down"
+	// SessionLost: the holder lost its session (the server ended it, a
+	// heartbeat failed), stopped its work and recorded the end once it
+	// could reach the server again.
+	SessionLost = "session lost"
+	// Evicted: a stand-by ended the sessions of a holder that had stopped
+	// renewing its term (a frozen process), and the term ended at its last
+	// renewal.
+	Evicted = "evicted"
+	// DeadlinePassed: the holder never recorded the end; the next leader
+	// ended it once its deadline had passed, at its last renewal.
+	DeadlinePassed = "deadline passed"
+)
+
+// Holder is who holds a term.
+type Holder struct {
+	Host  string
+	OSPID int
+	// BackendPID and BackendStart are the lease session's backend, which
+	// holds the key; FenceBackendPID is the stop fence session's.
+	BackendPID      uint32
+	BackendStart    time.Time
+	FenceBackendPID uint32
+	Application     string
+}
+
+// Term is one term of a role, as recorded.
+type Term struct {
+	Key    int64
+	Role   string
+	Epoch  int64
+	ID     string
+	Holder Holder
+	// Timing is the holder's heartbeat interval and timeout and its work's
+	// stop time: what bounds how long its work can outlive a lost session.
+	Timing timing.Lease
+	// Began is when the term began, Renewed when its holder last renewed
+	// it, Ended when it ended (zero while it is live), all on the server's
+	// clock.
+	Began, Renewed, Ended time.Time
+	// EndReason is how it ended: Released, SteppedDown, SessionLost,
+	// Evicted or DeadlinePassed; empty while live.
+	EndReason string
+	// Evicted says a stand-by ended the holder's sessions.
+	Evicted bool
+	// LeaderlessBefore is, in a History, how long the role had no term
+	// before this one began; HasPrevious says there was an earlier term to
+	// measure from.
+	LeaderlessBefore time.Duration
+	HasPrevious      bool
+}
+
+// Live reports whether the term has not ended.
+func (t Term) Live() bool { return t.Ended.IsZero() }
+
+// Deadline is when the holder must have noticed a lost session and
+// stopped its work, by its recorded timing (timing.Lease.TermDeadline).
+func (t Term) Deadline() time.Time { return t.Renewed.Add(t.Timing.TermDeadline()) }
+
+// Overdue reports whether a live term has gone unrenewed at now for longer
+// than a live holder ever lets it (timing.Lease.Stopped): its holder shows
+// no sign of life.
+func (t Term) Overdue(now time.Time) bool {
+	return t.Live() && now.Sub(t.Renewed) > t.Timing.Stopped()
+}
+
+// Channel is the channel on which term changes of key are notified: a new
+// leader that waits for the previous term's end LISTENs on it.
+func Channel(key int64) string { return "leasectl_term_" + strconv.FormatInt(key, 10) }
+
+// Note is the payload of a notification on Channel.
+type Note struct {
+	Event string `json:"event"` // "began" or "ended"
+	Epoch int64  `json:"epoch"`
+	ID    string `json:"term_id"`
+}
+
+// ParseNote decodes a notification payload on Channel.
+func ParseNote(payload string) (Note, error) {
+	var n Note
+	if err := json.Unmarshal([]byte(payload), &n); err != nil || n.Event == "" {
+		return n, fmt.Errorf("not a term notification: %q", payload)
+	}
+	return n, nil
+}
+
+// NewID returns a random term id: with the epoch it names a term, and
+// unlike the epoch it is never handed out twice (an asynchronous failover
+// that lost the last term's record hands out its epoch again).
+func NewID() (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// Querier runs queries: a *pgx.Conn, a pool or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// columns are a term's columns, in the order scan reads them, from the
+// history row h.
+const columns = `h.key, h.role, h.epoch, h.term_id, h.host, h.os_pid, h.backend_pid, h.backend_start,
+       h.fence_backend_pid, h.application_name, h.heartbeat_interval_ms, h.heartbeat_timeout_ms,
+       h.stop_timeout_ms, h.began, h.renewed, h.ended, coalesce(h.end_reason, ''), h.evicted IS NOT NULL`
+
+func scan(row pgx.Row, extra ...any) (Term, error) {
+	var t Term
+	var hbi, hbt, stop int64
+	var ended *time.Time
+	dest := append([]any{&t.Key, &t.Role, &t.Epoch, &t.ID, &t.Holder.Host, &t.Holder.OSPID, &t.Holder.BackendPID, &t.Holder.BackendStart,
+		&t.Holder.FenceBackendPID, &t.Holder.Application, &hbi, &hbt, &stop, &t.Began, &t.Renewed, &ended, &t.EndReason, &t.Evicted}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return t, err
+	}
+	t.Timing = timing.Lease{HeartbeatInterval: time.Duration(hbi) * time.Millisecond, HeartbeatTimeout: time.Duration(hbt) * time.Millisecond, StopTimeout: time.Duration(stop) * time.Millisecond}
+	if ended != nil {
+		t.Ended = *ended
+	}
+	return t, nil
+}
+
+// Current returns the current term of key (the newest, live or ended) and
+// the server's clock, with ok false when key never had a term.
+func Current(ctx context.Context, q Querier, key int64) (t Term, now time.Time, ok bool, err error) {
+	row := q.QueryRow(ctx, `SELECT `+columns+`, clock_timestamp()
+  FROM leasectl.term c JOIN leasectl.term_history h ON h.key = c.key AND h.term_id = c.term_id
+ WHERE c.key = $1`, key)
+	t, err = scan(row, &now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = q.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now)
+		return Term{}, now, false, wrap("read the current term", err)
+	}
+	if err != nil {
+		return Term{}, now, false, wrap("read the current term", err)
+	}
+	return t, now, true, nil
+}
+
+// Latest returns the current term of each of keys that has one, and the
+// server's clock.
+func Latest(ctx context.Context, q Querier, keys []int64) (map[int64]Term, time.Time, error) {
+	var now time.Time
+	out := map[int64]Term{}
+	rows, err := q.Query(ctx, `SELECT `+columns+`, clock_timestamp()
+  FROM leasectl.term c JOIN leasectl.term_history h ON h.key = c.key AND h.term_id = c.term_id
+ WHERE c.key = ANY($1::bigint[])`, keys)
+	if err != nil {
+		return nil, now, wrap("read the current terms", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		t, err := scan(rows, &now)
+		if err != nil {
+			return nil, now, wrap("read the current terms", err)
+		}
+		out[t.Key] = t
+	}
+	if err := rows.Err(); err != nil {
+		return nil, now, wrap("read the current terms", err)
+	}
+	if now.IsZero() {
+		if err := q.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now); err != nil {
+			return nil, now, wrap("read the server's clock", err)
+		}
+	}
+	return out, now, nil
+}
+
+// History returns the terms of key that began at or after since (all when
+// zero), newest first, at most limit of them (all when limit <= 0), each
+// with how long the role had no term before it.
+func History(ctx context.Context, q Querier, key int64, since time.Time, limit int) ([]Term, error) {
+	var sincePtr *time.Time
+	if !since.IsZero() {
+		sincePtr = &since
+	}
+	if limit <= 0 {
+		limit = -1
+	}
+	rows, err := q.Query(ctx, `SELECT * FROM (
+  SELECT `+columns+`, h.began - lag(h.ended) OVER (ORDER BY h.epoch, h.began) AS gap
+    FROM leasectl.term_history h WHERE h.key = $1) t
+ WHERE $2::timestamptz IS NULL OR began >= $2
+ ORDER BY epoch DESC, began DESC
+ LIMIT CASE WHEN $3::int < 0 THEN NULL ELSE $3::int END`, key, sincePtr, limit)
+	if err != nil {
+		return nil, wrap("read the term history", err)
+	}
+	defer rows.Close()
+	var out []Term
+	for rows.Next() {
+		var gap *time.Duration
+		t, err := scan(rows, &gap)
+		if err != nil {
+			return nil, wrap("read the term history", err)
+		}
+		if gap != nil {
+			t.LeaderlessBefore, t.HasPrevious = max(*gap, 0), true
+		}
+		out = append(out, t)
+	}
+	return out, wrap("read the term history", rows.Err())
+}
+
+// Begin is what a new term records about itself. The holder's backend pid
+// and start are those of the session that runs Start: the lease session.
+type Begin struct {
+	Key    int64
+	Role   string
+	ID     string
+	Holder Holder
+	Timing timing.Lease
+	// Keep is how many terms of the role the history keeps; older ones
+	// are deleted. Values below 1 mean 1.
+	Keep int
+}
+
+// beginSQL ends the previous term if it is still open (the new leader
+// waited for its deadline: it ends at its last renewal), makes the new
+// term current with the next epoch, and adds it to the history, in one
+// statement; the new term is announced on Channel when it commits.
+const beginSQL = `WITH prev AS (
+  UPDATE leasectl.term_history
+     SET ended = renewed, end_reason = CASE WHEN evicted IS NOT NULL THEN 'evicted' ELSE 'deadline passed' END
+   WHERE key = $1 AND ended IS NULL
+  RETURNING term_id
+), next AS (
+  SELECT greatest((SELECT max(epoch) FROM leasectl.term_history WHERE key = $1),
+                  (SELECT epoch FROM leasectl.term WHERE key = $1), 0) + 1 AS epoch,
+         clock_timestamp() AS began
+), cur AS (
+  INSERT INTO leasectl.term AS c (key, role, epoch, term_id, began)
+  SELECT $1, $2, next.epoch, $3, next.began FROM next
+  ON CONFLICT (key) DO UPDATE
+     SET role = excluded.role, epoch = excluded.epoch, term_id = excluded.term_id, began = excluded.began, ended = NULL
+  RETURNING c.epoch, c.began
+), hist AS (
+  INSERT INTO leasectl.term_history (key, epoch, term_id, role, host, os_pid, backend_pid, backend_start,
+      fence_backend_pid, application_name, heartbeat_interval_ms, heartbeat_timeout_ms, stop_timeout_ms, began, renewed)
+  SELECT $1, cur.epoch, $3, $2, $4, $5, pg_backend_pid(),
+         (SELECT backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()),
+         $6, $7, $8, $9, $10, cur.began, cur.began FROM cur
+  RETURNING epoch
+)
+SELECT cur.epoch, cur.began, (SELECT count(*) FROM prev), (SELECT count(*) FROM hist),
+       pg_notify($11, json_build_object('event', 'began', 'epoch', cur.epoch, 'term_id', $3::text)::text)
+  FROM cur`
+
+// pruneSQL keeps the newest $2 terms of key $1 in the history; it runs
+// after beginSQL, whose new term it counts.
+const pruneSQL = `DELETE FROM leasectl.term_history
+ WHERE key = $1 AND epoch <= (SELECT epoch FROM leasectl.term WHERE key = $1) - $2`
+
+// Started is what Begin recorded.
+type Started struct {
+	Epoch int64
+	Began time.Time
+	// EndedPrevious says the previous term was still open, and was ended
+	// at its last renewal.
+	EndedPrevious bool
+}
+
+// Start records the beginning of a term on conn, which holds the key, in
+// one round trip: the previous term ends if it is still open (see beginSQL),
+// the new one becomes current, and the history keeps b.Keep terms.
+func Start(ctx context.Context, conn *pgx.Conn, b Begin) (Started, error) {
+	var s Started
+	keep := max(b.Keep, 1)
+	batch := &pgx.Batch{}
+	var ended, added int64
+	batch.Queue(beginSQL, b.Key, b.Role, b.ID, b.Holder.Host, b.Holder.OSPID, int32(b.Holder.FenceBackendPID), b.Holder.Application, b.Timing.HeartbeatInterval.Milliseconds(), b.Timing.HeartbeatTimeout.Milliseconds(),
+		b.Timing.StopTimeout.Milliseconds(), Channel(b.Key)).QueryRow(func(row pgx.Row) error {
+		var note string
+		return row.Scan(&s.Epoch, &s.Began, &ended, &added, &note)
+	})
+	batch.Queue(pruneSQL, b.Key, keep)
+	if err := conn.SendBatch(ctx, batch).Close(); err != nil {
+		return s, wrap("begin the term", err)
+	}
+	s.EndedPrevious = ended > 0
+	if added != 1 {
+		return s, fmt.Errorf("begin the term: no history row was added")
+	}
+	return s, nil
+}
+
+// RenewSQL renews term $2 of key $1 if it is still live: the leader's
+// heartbeat runs it beside its proof, in the same round trip, as its write
+// check. It affects no row when the term has ended.
+const RenewSQL = `UPDATE leasectl.term_history SET renewed = clock_timestamp()
+ WHERE key = $1 AND term_id = $2 AND ended IS NULL`
+
+// endSQL records that term $2 of key $1 ended $4 milliseconds ago (when
+// its work was gone), with reason $3 unless a stand-by evicted its holder,
+// and announces it on Channel.
+const endSQL = `WITH h AS (
+  UPDATE leasectl.term_history
+     SET ended = greatest(renewed, clock_timestamp() - make_interval(secs => $4::float8 / 1000)),
+         end_reason = CASE WHEN evicted IS NOT NULL THEN 'evicted' ELSE $3 END
+   WHERE key = $1 AND term_id = $2 AND ended IS NULL
+  RETURNING epoch, ended
+), c AS (
+  UPDATE leasectl.term SET ended = (SELECT ended FROM h) WHERE key = $1 AND term_id = $2 AND ended IS NULL AND EXISTS (SELECT 1 FROM h)
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM h), (SELECT count(*) FROM c),
+       pg_notify($5, json_build_object('event', 'ended', 'epoch', (SELECT epoch FROM h), 'term_id', $2::text)::text)`
+
+// End records that term id of key ended ago (its work was gone then) with
+// reason, and reports whether it was still open.
+func End(ctx context.Context, q Querier, key int64, id, reason string, ago time.Duration) (bool, error) {
+	var n, c int64
+	var note string
+	err := q.QueryRow(ctx, endSQL, key, id, reason, float64(max(ago, 0).Microseconds())/1000, Channel(key)).Scan(&n, &c, &note)
+	if err != nil {
+		return false, wrap("record the end of the term", err)
+	}
+	return n > 0, nil
+}
+
+// MarkEvicted records that a stand-by ended the sessions of term id's
+// holder.
+func MarkEvicted(ctx context.Context, q Querier, key int64, id string) error {
+	_, err := q.Exec(ctx, `UPDATE leasectl.term_history SET evicted = clock_timestamp() WHERE key = $1 AND term_id = $2 AND ended IS NULL AND evicted IS NULL`, key, id)
+	return wrap("mark the term evicted", err)
+}
+
+// wrap says what failed; a missing schema reads as ErrNoSchema.
+func wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P01" || pgErr.Code == "3F000") {
+		return fmt.Errorf("%s: %w (%v)", what, ErrNoSchema, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
