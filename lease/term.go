@@ -81,7 +81,7 @@ func (r *runner) recordPending(ctx context.Context, conn *pgx.Conn) {
 	}
 	r.pendingEnd = nil
 	if open {
-		r.log.Info("recorded the end of the lost term", "epoch", p.epoch, "reason", p.reason, "ended_ago", time.Since(p.at).Round(time.Millisecond))
+		r.log.Info("recorded the end of the term", "epoch", p.epoch, "reason", p.reason, "ended_ago", time.Since(p.at).Round(time.Millisecond))
 	}
 }
 

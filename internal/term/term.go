@@ -26,6 +26,9 @@ const (
 	// heartbeat failed), stopped its work and recorded the end once it
 	// could reach the server again.
 	SessionLost = "session lost"
+	// Killed: the holder's process was killed (SIGKILL); a process it left
+	// for the purpose recorded the end once its program was gone.
+	Killed = "killed"
 	// Evicted: a stand-by ended the sessions of a holder that had stopped
 	// renewing its term (a frozen process), and the term ended at its last
 	// renewal.
@@ -363,4 +366,39 @@ func wrap(what string, err error) error {
 		return fmt.Errorf("%s: %w (%v)", what, ErrNoSchema, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// Standing is what the record says of a key's holder, as `leasectl who`
+// reports it.
+type Standing string
+
+const (
+	// StandingLive: the holder leads a live term that it renews.
+	StandingLive Standing = "live"
+	// StandingStale: the holder's term has gone unrenewed for longer than a
+	// live holder ever lets it (Term.Overdue): it is frozen or hung.
+	StandingStale Standing = "stale"
+	// StandingWaiting: the holder has the key, but no term of its own yet:
+	// a new leader waiting for the previous term to end (or for its
+	// deadline), or a process that was granted the key and never began a
+	// term (a frozen stand-by; an older leasectl; a session that is not a
+	// lease).
+	StandingWaiting Standing = "waiting"
+	// StandingFree: nobody holds the key.
+	StandingFree Standing = "free"
+)
+
+// Assess says where a key's holder (backend pid and start; held false when
+// the key is free) stands in the record, from the key's current term (ok
+// false when it never had one) at now on the server's clock.
+func Assess(t Term, ok, held bool, pid uint32, start time.Time, now time.Time) Standing {
+	switch {
+	case !held:
+		return StandingFree
+	case !ok || !t.Live() || t.Holder.BackendPID != pid || !(start.IsZero() || t.Holder.BackendStart.Equal(start)):
+		return StandingWaiting
+	case t.Overdue(now):
+		return StandingStale
+	}
+	return StandingLive
 }
