@@ -3,12 +3,16 @@ package lease_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/lease"
+	"github.com/leasectl/leasectl/timing"
 )
 
 // stopDelay is how long the work of a fleet takes to return once its
@@ -179,6 +183,116 @@ func TestEndingEverySessionOfTheLeaderNeverOverlaps(t *testing.T) {
 			}
 			t.Logf("from the fault to the next start (work takes %s to stop): %v", stopDelay, took)
 			f.checkOverlaps()
+		})
+	}
+}
+
+// holdWithTerm takes key on a plain session (no lease), begins a term on it
+// with timing tm, and returns the session: a holder that never renews.
+func holdWithTerm(t *testing.T, key int64, tm timing.Lease) (*pgx.Conn, term.Started) {
+	t.Helper()
+	conn := pgtest.Conn(t, testLab.DirectDSN(), "term-test-holder")
+	if err := term.Create(context.Background(), conn); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, conn, "SELECT pg_advisory_lock($1)", key)
+	id, err := term.NewID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := term.Start(context.Background(), conn, term.Begin{Key: key, Role: "term-test", ID: id, Timing: tm, Keep: 10,
+		Holder: term.Holder{Host: "test", OSPID: os.Getpid(), Application: "term-test-holder"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn, st
+}
+
+// shortTiming is a lease's timing whose term deadline is a few seconds.
+var shortTiming = timing.Lease{HeartbeatInterval: time.Second, HeartbeatTimeout: 500 * time.Millisecond, StopTimeout: time.Second}
+
+// TestDeadHolderCostsTheDeadline: a holder whose sessions end without it
+// recording the end of its term (it died with them) cannot tell the next
+// leader that its work is gone; the next leader begins only once the term's
+// deadline has passed, and the history says so.
+func TestDeadHolderCostsTheDeadline(t *testing.T) {
+	const key = 9100110
+	conn, st := holdWithTerm(t, key, shortTiming)
+	f := newFleet(t, 1, key, lease.Config{Role: "term-test", RetryInterval: 200 * time.Millisecond,
+		HeartbeatInterval: shortTiming.HeartbeatInterval, HeartbeatTimeout: shortTiming.HeartbeatTimeout, StopTimeout: shortTiming.StopTimeout})
+	f.recs[0].waitFor(t, lease.StandingBy)
+	conn.Close(context.Background()) // the holder dies: the key is free, its term is not ended
+	next := f.nextStart("after the holder died")
+	admin := pgtest.Conn(t, testLab.DirectDSN(), "")
+	hist, err := term.History(context.Background(), admin, key, time.Time{}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != 2 || hist[0].Epoch != next.session.Epoch || hist[1].Epoch != st.Epoch {
+		t.Fatalf("history %+v, want the new term %d above the dead holder's %d", hist, next.session.Epoch, st.Epoch)
+	}
+	old, cur := hist[1], hist[0]
+	if old.EndReason != term.DeadlinePassed || !old.Ended.Equal(old.Renewed) {
+		t.Errorf("the dead holder's term ended %s at %s (renewed %s), want %q at its last renewal", old.EndReason, old.Ended, old.Renewed, term.DeadlinePassed)
+	}
+	if cur.Began.Before(old.Deadline()) {
+		t.Errorf("the new term began at %s, before the dead holder's deadline %s (server clock)", cur.Began, old.Deadline())
+	}
+	if !cur.HasPrevious || cur.LeaderlessBefore < shortTiming.TermDeadline() {
+		t.Errorf("leaderless before the new term: %s (%v), want at least the deadline %s", cur.LeaderlessBefore, cur.HasPrevious, shortTiming.TermDeadline())
+	}
+}
+
+// TestHolderWithoutSignsOfLifeIsEvicted: a stand-by ends the session of a
+// key holder that shows no sign of life, and then leads: a holder that
+// never renews its term (a frozen leader), and a holder that has held the
+// key idle without beginning a term (a frozen stand-by that the server
+// granted the key).
+func TestHolderWithoutSignsOfLifeIsEvicted(t *testing.T) {
+	cfg := lease.Config{Role: "term-test", RetryInterval: 200 * time.Millisecond,
+		HeartbeatInterval: shortTiming.HeartbeatInterval, HeartbeatTimeout: shortTiming.HeartbeatTimeout, StopTimeout: shortTiming.StopTimeout}
+	for _, c := range []struct {
+		name   string
+		key    int64
+		hold   func(t *testing.T, key int64) *pgx.Conn
+		reason string
+	}{
+		{"a term never renewed", 9100111, func(t *testing.T, key int64) *pgx.Conn {
+			conn, _ := holdWithTerm(t, key, shortTiming)
+			return conn
+		}, term.Evicted},
+		{"the key held idle without a term", 9100112, func(t *testing.T, key int64) *pgx.Conn {
+			conn := pgtest.Conn(t, testLab.DirectDSN(), "term-test-holder")
+			if err := term.Create(context.Background(), conn); err != nil {
+				t.Fatal(err)
+			}
+			pgtest.Exec(t, conn, "SELECT pg_advisory_lock($1)", key)
+			return conn
+		}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn := c.hold(t, c.key)
+			pid := pgtest.PID(t, conn)
+			f := newFleet(t, 1, c.key, cfg)
+			next := f.nextStart("after the holder was evicted")
+			var alive bool
+			admin := pgtest.Conn(t, testLab.DirectDSN(), "")
+			if err := admin.QueryRow(context.Background(), "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE pid = $1)", pid).Scan(&alive); err != nil {
+				t.Fatal(err)
+			}
+			if alive {
+				t.Errorf("the holder's backend %d is still there after pid %d led", pid, next.session.BackendPID)
+			}
+			if c.reason == "" {
+				return
+			}
+			hist, err := term.History(context.Background(), admin, c.key, time.Time{}, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(hist) != 2 || hist[1].EndReason != c.reason {
+				t.Errorf("history %+v, want the evicted term to end %q", hist, c.reason)
+			}
 		})
 	}
 }
