@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/keys"
+	"github.com/leasectl/leasectl/supervisor"
 	"github.com/spf13/cobra"
 )
 
@@ -73,6 +74,10 @@ func NewApp() *App {
 // Execute runs leasectl with args and returns the process exit code. Ctrl-C
 // and SIGTERM cancel the command's context.
 func Execute(args []string) int {
+	if supervisor.IsObituary() {
+		// Started by leasectl run to outlive it (supervisor.StartObituary).
+		return supervisor.ServeObituary()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return Run(ctx, NewApp(), args)

@@ -67,6 +67,10 @@ type Command struct {
 	Logger *slog.Logger
 	// OnStart, when set, is called with the program's pid once it runs.
 	OnStart func(pid int)
+	// Obituary, when set, learns each program and its term, so that it
+	// can record the term's end should this process be killed (see
+	// StartObituary).
+	Obituary *Obituary
 
 	mu        sync.Mutex
 	running   *programTree // the running program; nil when none runs
@@ -257,6 +261,11 @@ func (c *Command) Work(ctx context.Context) error {
 	log.Info("program started", "pid", pid)
 	if c.OnStart != nil {
 		c.OnStart(pid)
+	}
+	if sess.TermID != "" {
+		c.Obituary.begin(sess.Key, sess.TermID, sess.Epoch, tree)
+		// Deferred before the reaper's stop: runs after the tree is gone.
+		defer c.Obituary.end(sess.TermID)
 	}
 	if descendants {
 		defer reapOrphans(pid)()

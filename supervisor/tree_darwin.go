@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"errors"
 	"log/slog"
 	"syscall"
 
@@ -60,3 +61,11 @@ func reapOrphans(int) func() { return func() {} }
 // ReapAsInit does nothing here: a PID namespace, whose PID 1 inherits every
 // orphan, is Linux's (containers).
 func ReapAsInit() (stop func()) { return func() {} }
+
+// obituarySupport refuses: without Pdeathsig a killed leader's program
+// runs on, keeping the key held, and nobody may record its end.
+func obituarySupport() error {
+	return errors.New("no obituary on macOS: a killed leader's program runs on")
+}
+
+func obituaryAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }

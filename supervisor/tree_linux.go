@@ -249,3 +249,11 @@ func reapZombies() (stop func()) {
 		<-done
 	}
 }
+
+// obituarySupport: Linux runs obituaries.
+func obituarySupport() error { return nil }
+
+// obituaryAttr starts the obituary in its own process group and without
+// Pdeathsig: it must outlive this process, and a Ctrl-C to the terminal's
+// group stops this process (which says goodbye), not the obituary.
+func obituaryAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }

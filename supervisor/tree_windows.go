@@ -23,3 +23,8 @@ func reapOrphans(int) func()                 { return func() {} }
 // ReapAsInit does nothing here: a PID namespace, whose PID 1 inherits every
 // orphan, is Linux's (containers).
 func ReapAsInit() (stop func()) { return func() {} }
+
+// obituarySupport refuses: see errNoCommands.
+func obituarySupport() error { return errNoCommands }
+
+func obituaryAttr() *syscall.SysProcAttr { return nil }
