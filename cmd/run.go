@@ -32,6 +32,7 @@ type runOptions struct {
 	HeartbeatInterval time.Duration
 	HeartbeatTimeout  time.Duration
 	TakeoverDelay     time.Duration
+	Keep              int
 	LogFormat         string
 	MetricsAddr       string
 	Command           []string
@@ -139,6 +140,7 @@ Linux container.`,
 	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", lease.DefaultHeartbeatInterval, "time between the leader's heartbeats (SELECT 1)")
 	f.DurationVar(&opts.HeartbeatTimeout, "heartbeat-timeout", 0, "time limit of each heartbeat (default: --timeout)")
 	f.DurationVar(&opts.TakeoverDelay, "takeover-delay", 0, "hold the lease this long before starting CMD (the stop fence already waits for the old CMD; this covers a server restart, which ends the fence too)")
+	f.IntVar(&opts.Keep, "keep", lease.DefaultHistoryKeep, "terms of the role's history to keep in the database (leasectl history); older ones are deleted")
 	f.String("log-format", "text", "log format on stderr: text or json")
 	deprecatedAlias(f, "log-format", "output")
 	f.StringVar(&opts.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz for probes, e.g. 127.0.0.1:9464")
@@ -172,6 +174,7 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		// The program's stop takes up to --grace, then SIGKILL and reaping.
 		StopTimeout:     timing.CommandStop(opts.Grace),
 		TakeoverDelay:   opts.TakeoverDelay,
+		HistoryKeep:     opts.Keep,
 		ApplicationName: lease.DefaultApplicationName("leasectl run", roleName(role, key)),
 	}
 	metrics := leasehttp.New(role, key, leasehttp.HealthWindow(cfg, opts.Grace))
@@ -207,6 +210,19 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		Subreaper: app.OwnProcess,
 		Logger:    logger.With("role", role, "key", key),
 		OnStart:   metrics.OnStart,
+	}
+	if app.OwnProcess && supervisor.Support() == nil {
+		// The obituary records the end of this replica's term should it be
+		// killed (SIGKILL), once the program is gone: the next leader then
+		// need not wait for the term's deadline.
+		if self, err := os.Executable(); err != nil {
+			logger.Warn("no obituary process: if leasectl is killed, the next leader waits for the term's deadline", "err", err.Error())
+		} else if obit, err := supervisor.StartObituary(self, nil, connCfg.ConnString(), roleName(role, key), opts.LogFormat); err != nil {
+			logger.Warn("no obituary process: if leasectl is killed, the next leader waits for the term's deadline", "err", err.Error())
+		} else {
+			proc.Obituary = obit
+			defer obit.Close()
+		}
 	}
 	if !app.IO.InTTY {
 		// In its own process group CMD cannot read a terminal (SIGTTIN).
@@ -255,6 +271,9 @@ func (o *runOptions) validate() error {
 	}
 	if o.TakeoverDelay < 0 {
 		return usageErrorf("invalid --takeover-delay %s: it must not be negative", o.TakeoverDelay)
+	}
+	if o.Keep < 1 {
+		return usageErrorf("invalid --keep %d: keep at least 1 term", o.Keep)
 	}
 	return nil
 }
