@@ -36,6 +36,11 @@ type plan struct {
 	// haSwitchovers and haDeaths are the Patroni faults per DSN form.
 	haSwitchovers, haDeaths int
 	restarts                []string // pg_ctl stop modes
+	// nameTerminations and bothTerminations are the terminations of every
+	// replica's sessions by application name, and of the leader's two
+	// sessions in one statement; frozenRounds the rounds of each
+	// frozen-process scenario.
+	nameTerminations, bothTerminations, frozenRounds int
 	// partitionFlags are the heartbeat settings of every replica in the
 	// partition scenario, and partitionServerTimeout what leasectl makes of
 	// them: the server drops a silent client's session after
@@ -48,16 +53,27 @@ type plan struct {
 
 func currentPlan() plan {
 	if *full {
-		return plan{kills: 200, terminations: 50, partitions: 3, restarts: []string{"fast", "immediate", "fast"}, standbyRounds: 20, haSwitchovers: 3, haDeaths: 3,
+		return plan{kills: 200, terminations: 50, partitions: 3, restarts: modes(15), standbyRounds: 20, haSwitchovers: 3, haDeaths: 3,
+			nameTerminations: 30, bothTerminations: 30, frozenRounds: 3,
 			reloadWatch:            90 * time.Second,
 			partitionSettings:      "defaults: heartbeat 15s/5s, grace 10s → server drops a silent session after 37s",
 			partitionServerTimeout: 37 * time.Second}
 	}
-	return plan{kills: 20, terminations: 10, partitions: 2, restarts: []string{"fast", "immediate"}, standbyRounds: 5, haSwitchovers: 1, haDeaths: 1,
+	return plan{kills: 20, terminations: 10, partitions: 2, restarts: modes(5), standbyRounds: 5, haSwitchovers: 1, haDeaths: 1,
+		nameTerminations: 10, bothTerminations: 10, frozenRounds: 1,
 		reloadFlags: []string{"--heartbeat-interval", "1s"}, reloadWatch: 15 * time.Second,
 		partitionFlags:         []string{"--heartbeat-interval", "1s", "--heartbeat-timeout", "1s", "--grace", "1s"},
 		partitionSettings:      "--heartbeat-interval 1s --heartbeat-timeout 1s --grace 1s → server drops a silent session after 6s",
 		partitionServerTimeout: 6 * time.Second}
+}
+
+// modes is n fast and n immediate pg_ctl stop modes, alternating.
+func modes(n int) []string {
+	var out []string
+	for range n {
+		out = append(out, "fast", "immediate")
+	}
+	return out
 }
 
 // result is one scenario's line of the report.
@@ -114,7 +130,6 @@ func TestFaults(t *testing.T) {
 			fn(t, f, res)
 		})
 	}
-	const delay = "--takeover-delay"
 	scenario("SIGKILL of the leading leasectl", "defaults (heartbeat 15s/5s, grace 10s), no takeover delay", nil,
 		func(t *testing.T, f *fleet, res *result) { sigkills(t, f, res, p.kills) })
 	scenario("pg_terminate_backend of the leader's session", "defaults; the program takes 300 ms to stop", nil,
@@ -123,8 +138,22 @@ func TestFaults(t *testing.T) {
 		func(t *testing.T, f *fleet, res *result) { failovers(t, f, res, p.terminations) })
 	scenario("programs that leave daemons behind (setsid, double fork)", "defaults", nil,
 		func(t *testing.T, f *fleet, res *result) { daemons(t, f, res, p.terminations) })
-	scenario("PostgreSQL restart ("+strings.Join(p.restarts, ", ")+")", "defaults, --takeover-delay 1s", []string{delay, "1s"},
+	scenario(fmt.Sprintf("PostgreSQL restart (%d × -m fast and -m immediate)", len(p.restarts)/2), "defaults; the program takes 300 ms to stop", nil,
 		func(t *testing.T, f *fleet, res *result) { restarts(t, f, res, p.restarts) })
+	scenario("pg_terminate_backend of every replica's sessions by application name", "defaults; the program takes 300 ms to stop", nil,
+		func(t *testing.T, f *fleet, res *result) { terminateByName(t, f, res, p.nameTerminations) })
+	scenario("the leader's lease and fence sessions terminated in one statement", "defaults; the program takes 300 ms to stop", nil,
+		func(t *testing.T, f *fleet, res *result) { terminateBoth(t, f, res, p.bothTerminations, 0) })
+	scenario("the same, while the leader's leasectl is frozen (SIGSTOP)", "defaults; frozen 5 s; the program takes 300 ms to stop", nil,
+		func(t *testing.T, f *fleet, res *result) { terminateBoth(t, f, res, p.frozenRounds, 5*time.Second) })
+	scenario("the first stand-by frozen in the lock queue when the leader dies", strings.Join(shortFlags, " "), shortFlags,
+		func(t *testing.T, f *fleet, res *result) { frozenStandby(t, f, res, p.frozenRounds) })
+	scenario("a frozen leader, then leasectl failover --yes", "defaults; frozen 8 s; the program takes 300 ms to stop", nil,
+		func(t *testing.T, f *fleet, res *result) {
+			frozenLeaderFailover(t, f, res, p.frozenRounds, 8*time.Second)
+		})
+	scenario("leasectl and its obituary SIGKILLed, then a restart (a dead leader)", strings.Join(shortFlags, " "), shortFlags,
+		func(t *testing.T, f *fleet, res *result) { deadLeader(t, f, res, p.frozenRounds) })
 	scenario("network partition of the leader", p.partitionSettings, p.partitionFlags,
 		func(t *testing.T, f *fleet, res *result) { partitions(t, f, res, p) })
 	scenario("three stand-bys stopped at once through PgBouncer 1.18 (session mode)", "defaults", nil,
@@ -280,30 +309,6 @@ func failovers(t *testing.T, f *fleet, res *result, n int) {
 
 func isExitOf(pid int) func(leasetest.Event) bool {
 	return func(ev leasetest.Event) bool { return ev.Kind == leasetest.Exit && ev.PID == pid }
-}
-
-// restarts restarts the primary once per stop mode: every session ends,
-// the leader's program is stopped, and one replica leads once the server is
-// back.
-func restarts(t *testing.T, f *fleet, res *result, modes []string) {
-	h, dsn := f.h, testLab.DirectDSN()
-	lead := f.startFive(direct, dsn, testLab.PoolerDSN("transaction"))
-	var each []string
-	for _, mode := range modes {
-		from := h.mark()
-		t0 := time.Now()
-		if err := testLab.RestartPrimary(context.Background(), mode); err != nil {
-			t.Fatal(err)
-		}
-		down := time.Since(t0)
-		res.faults++
-		h.await(t, from, hang, "SIGTERM to the leader's program after a "+mode+" restart", isTermOf(lead.PID))
-		lead = h.await(t, from, hang, "a takeover after a "+mode+" restart", isStart)
-		res.takeovers = append(res.takeovers, lead.At.Sub(t0))
-		each = append(each, fmt.Sprintf("%s: restart %s, takeover %s", mode, fmtDur(down), fmtDur(lead.At.Sub(t0))))
-		f.settled(f.of(lead))
-	}
-	res.notes = append(res.notes, "takeovers count from the restart command (pg_ctl stop and start), then replicas reconnect with backoff (100 ms doubling, at most --retry-interval 5s) and wait the 1 s takeover delay: "+strings.Join(each, "; "))
 }
 
 // partitions makes the replica in the network namespace the leader and cuts
@@ -596,42 +601,31 @@ func fmtDur(d time.Duration) string {
 	return fmt.Sprintf("%.2f s", d.Seconds())
 }
 
-// TestWitnessSeesOverlaps is the suite's control, and shows the one way
-// left to run two programs at once when the server ends sessions: it ends
-// the leader's lease session and its stop fence session in one statement,
-// as a server restart or crash does, while the leader's program ignores
-// SIGTERM (killed only after --grace 3s). The next replica gets the key and
-// the fence at once and starts its program while the old one still runs,
-// and the witness must report it. Without this, zero overlaps in TestFaults
-// could mean a blind witness.
+// TestWitnessSeesOverlaps shows that the witness reports two programs at
+// once when they happen: two replicas of leasectl run hold different keys,
+// so both lead, and their witnesses share one lock file. Without this, zero
+// overlaps in TestFaults could mean a blind witness.
 func TestWitnessSeesOverlaps(t *testing.T) {
 	h := newHarness(t)
-	f := h.newFleet(t, "--grace", "3s")
-	f.witnessFlags = []string{"-ignore-term"}
+	f := h.newFleet(t)
 	from := h.mark()
-	for range 2 {
-		f.start(direct, testLab.DirectDSN(), nil)
-	}
+	first := f.start(direct, testLab.DirectDSN(), nil)
 	lead := h.await(t, from, hang, "a first leader", isStart)
-	f.settled(f.of(lead))
-	from = h.mark()
-	admin := pgtest.Conn(t, testLab.DirectDSN(), "chaos-admin")
-	classid, objid := locks.BigintKey(roleKey).LockTag()
-	var ended int
-	if err := admin.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 5000)) FROM pg_locks
- WHERE locktype = 'advisory' AND granted AND classid = $1::bigint::oid AND objid = $2::bigint::oid`, int64(classid), int64(objid)).Scan(&ended); err != nil {
+	f.settled(first)
+	// A second replica on another key: it leads at once, beside the first.
+	cmd := exec.Command(h.leasectl, "run", "--key", strconv.FormatInt(roleKey+1, 10), "--", h.witness, "-lock", h.lock, "-notify", h.listener.Path)
+	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+testLab.DirectDSN())
+	var log leasetest.Buffer
+	cmd.Stderr = &log
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if ended != 2 {
-		t.Fatalf("ended %d sessions holding the key or its fence, want 2 (the lease and the stop fence session)", ended)
-	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
 	ev := h.await(t, from, hang, "an overlap report from the witness", isOverlap)
-	if ev.PPID == lead.PPID {
-		t.Errorf("the overlap was reported by the old leader's replica %d", ev.PPID)
-	}
-	// SIGKILL, not SIGTERM: the programs ignore SIGTERM, so stopping would
-	// end in SIGKILL after --grace and an exit status the fleet rejects.
-	for _, r := range append([]*replica(nil), f.live...) {
-		f.kill(r)
+	if ev.PPID != cmd.Process.Pid || lead.PPID == ev.PPID {
+		t.Errorf("the overlap was reported by %d, want the second replica %d:\n%s", ev.PPID, cmd.Process.Pid, log.String())
 	}
 }

@@ -181,11 +181,13 @@ func (r *replica) mustNotLead() bool { return r.kind == pooled || r.kind == haRe
 
 // logLine is the part of a leasectl JSON log line that the suite reads.
 type logLine struct {
-	Time  time.Time `json:"time"`
-	Msg   string    `json:"msg"`
-	State string    `json:"state"`
-	Port  int       `json:"port"`
-	Err   string    `json:"err"`
+	Time time.Time `json:"time"`
+	Msg  string    `json:"msg"`
+	// BackendPID is the lease session's backend, on state changes.
+	BackendPID int32  `json:"backend_pid"`
+	State      string `json:"state"`
+	Port       int    `json:"port"`
+	Err        string `json:"err"`
 }
 
 // lines parses r's log so far.
