@@ -54,3 +54,23 @@ func Unavailable(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNREFUSED) ||
 		errors.Is(err, syscall.ECONNABORTED)
 }
+
+// LoginRefused reports whether err is the server refusing a login for a
+// reason that retrying at once cannot fix: a role that may not log in or
+// a wrong password (class 28), a database that does not exist (3D000), or
+// no CONNECT privilege (42501). A client that retries must back off: each
+// attempt is a failed login in the server's log.
+func LoginRefused(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return strings.HasPrefix(pgErr.Code, "28") || pgErr.Code == "3D000" || pgErr.Code == "42501"
+}
+
+// TooManyConnections reports whether err is the server refusing a
+// connection because it has no slot left (53300, too_many_connections).
+func TooManyConnections(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "53300"
+}

@@ -78,6 +78,12 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 		info dbconn.ServerInfo
 		err  error
 	}
+	if r.loginRefusals > 0 {
+		// The server refused the last logins: try one before three.
+		if s.main, s.info, err = r.open(ctx, preferHost(r.mainCfg, r.primary)); err != nil {
+			return nil, err
+		}
+	}
 	fenceCh, probeCh := make(chan opened, 1), make(chan error, 1)
 	go func() {
 		var o opened
@@ -85,7 +91,9 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 		fenceCh <- o
 	}()
 	go func() { probeCh <- r.cfg.Preflight(ctx, preferHost(r.cfg.ConnConfig, r.primary)) }()
-	s.main, s.info, err = r.open(ctx, preferHost(r.mainCfg, r.primary))
+	if s.main == nil {
+		s.main, s.info, err = r.open(ctx, preferHost(r.mainCfg, r.primary))
+	}
 	fence := <-fenceCh
 	s.fenceConn, s.fenceInfo = fence.conn, fence.info
 	probeErr := <-probeCh

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/locks"
 )
 
@@ -66,6 +67,10 @@ type runner struct {
 	record     bool
 	held       *heldTerm
 	pendingEnd *pendingEnd
+	// loginRefusals counts the logins the server refused in a row (see
+	// dbconn.LoginRefused): while it is not 0, a connect opens the lease
+	// session alone first.
+	loginRefusals int
 	// leading is the term of the change to Leading about to be reported.
 	leading termChange
 	// evictDenied: the server refused to end a stale holder's session,
@@ -171,6 +176,18 @@ func (r *runner) run(ctx context.Context) error {
 				if !sleep(ctx, wait) {
 					return context.Cause(ctx)
 				}
+			case dbconn.LoginRefused(err):
+				// A role that may not log in, a wrong password, a missing
+				// database: each attempt is a failed login in the
+				// server's log (and often an alert), and retrying at once
+				// cannot fix it. Back off, and open only the lease session
+				// until a login succeeds.
+				delay := r.backoff(r.loginRefusals)
+				r.loginRefusals++
+				r.log.Warn("the server refused the login; backing off", "err", err.Error(), "retry_in", delay.Round(time.Millisecond))
+				if !sleep(ctx, delay) {
+					return context.Cause(ctx)
+				}
 			case inSearch:
 				// Right after a loss the primary is usually back, or a
 				// standby promoted, within seconds: look for it closely.
@@ -191,7 +208,7 @@ func (r *runner) run(ctx context.Context) error {
 			}
 			continue
 		}
-		failures = 0
+		failures, r.loginRefusals = 0, 0
 		out := r.onConnection(ctx, s)
 		s.close(r.cfg.HeartbeatTimeout)
 		if out.final {

@@ -3,12 +3,15 @@ package lease_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/lease"
@@ -295,4 +298,85 @@ func TestHolderWithoutSignsOfLifeIsEvicted(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRoleTimeoutsDoNotEndLeaseSessions: a role whose settings end idle
+// sessions after 2 s and cancel statements after 500 ms (ALTER ROLE ...
+// SET) still leads and stands by: the lease sets its own timeouts to 0. The
+// role may not create the term record, so the lease runs without it and
+// says once per connect what that leaves uncovered and what fixes it.
+func TestRoleTimeoutsDoNotEndLeaseSessions(t *testing.T) {
+	const key = 9100120
+	admin := pgtest.Conn(t, testLab.DirectDSN(), "")
+	for _, stmt := range []string{
+		"DROP ROLE IF EXISTS lease_timeouts",
+		"CREATE ROLE lease_timeouts LOGIN PASSWORD 'timeouts-secret'",
+		"ALTER ROLE lease_timeouts SET idle_session_timeout = '2s'",
+		"ALTER ROLE lease_timeouts SET statement_timeout = '500ms'",
+		"ALTER ROLE lease_timeouts SET idle_in_transaction_session_timeout = '1s'",
+	} {
+		pgtest.Exec(t, admin, stmt)
+	}
+	if err := testLab.AddLogin("lease_timeouts", "timeouts-secret"); err != nil {
+		t.Fatal(err)
+	}
+	var logs leasetest.Buffer
+	cfg := lease.Config{Role: "term-test", DSN: testLab.DSN(testLab.Primary.Port, "lease_timeouts", "postgres"),
+		RetryInterval: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	f := newFleet(t, 2, key, cfg)
+	lead := f.nextStart("at first")
+	f.settle(lead.member)
+	time.Sleep(3 * time.Second) // longer than the role's idle_session_timeout and statement_timeout
+	for i, rec := range f.recs {
+		if n := rec.count(lease.Connecting); n != 1 {
+			t.Errorf("member %d connected %d times, want once (a session was ended): %v", i, n, rec.states())
+		}
+	}
+	if out := logs.String(); !strings.Contains(out, "may not create it") || !strings.Contains(out, "leasectl fence init") {
+		t.Errorf("the lease did not say that the term record is missing and how to create it:\n%s", out)
+	}
+}
+
+// TestRefusedLoginsBackOff: when the lease role may no longer log in (ALTER
+// ROLE ... NOLOGIN) and its sessions end, three leases retry with a
+// backoff, one login at a time, instead of a burst of failed logins (each
+// one a line in the server's log), and lead again once the role may log
+// in.
+func TestRefusedLoginsBackOff(t *testing.T) {
+	const key = 9100130
+	admin := pgtest.Conn(t, testLab.DirectDSN(), "")
+	for _, stmt := range []string{
+		"DROP ROLE IF EXISTS lease_nologin",
+		"CREATE ROLE lease_nologin LOGIN PASSWORD 'nologin-secret'",
+	} {
+		pgtest.Exec(t, admin, stmt)
+	}
+	if err := testLab.AddLogin("lease_nologin", "nologin-secret"); err != nil {
+		t.Fatal(err)
+	}
+	f := newFleet(t, 3, key, lease.Config{Role: "term-test", DSN: testLab.DSN(testLab.Primary.Port, "lease_nologin", "postgres")})
+	lead := f.nextStart("at first")
+	f.settle(lead.member)
+
+	before := strings.Count(readFile(t, testLab.Primary.LogFile), "is not permitted to log in")
+	pgtest.Exec(t, admin, "ALTER ROLE lease_nologin NOLOGIN")
+	pgtest.Exec(t, admin, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'lease_nologin'")
+	time.Sleep(20 * time.Second) // the fault's length: 20 s without logins
+	failed := strings.Count(readFile(t, testLab.Primary.LogFile), "is not permitted to log in") - before
+	given := time.Now()
+	pgtest.Exec(t, admin, "ALTER ROLE lease_nologin LOGIN")
+	next := f.nextStart("after LOGIN was given back")
+	t.Logf("3 leases made %d failed logins in 20 s; the next work started %s after LOGIN was given back", failed, next.at.Sub(given).Round(time.Millisecond))
+	if failed > 60 || failed == 0 {
+		t.Errorf("3 leases made %d failed logins in 20 s, want between 1 and 60", failed)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

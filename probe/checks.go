@@ -29,7 +29,7 @@ const (
        inet_client_addr() IS NULL,
        coalesce(inet_client_port(), 0),
        (SELECT json_object_agg(name, setting) FROM pg_settings
-         WHERE name IN ('idle_session_timeout', 'tcp_keepalives_idle', 'tcp_keepalives_interval',
+         WHERE name IN ('idle_session_timeout', 'statement_timeout', 'idle_in_transaction_session_timeout', 'tcp_keepalives_idle', 'tcp_keepalives_interval',
                         'tcp_keepalives_count', 'tcp_user_timeout')),
        coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), false),
        pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'),
@@ -68,7 +68,7 @@ type firstResult struct {
 // serverSettings are the settings and privileges the probe judges, as the
 // server applies them to this session.
 type serverSettings struct {
-	IdleSessionTimeout time.Duration
+	Timeouts sessionTimeouts
 	TCP                timing.TCP
 	// ClientOnSocket: the server sees its client on a unix socket (no
 	// inet_client_addr), whatever the DSN said.
@@ -94,7 +94,11 @@ func (p *run) first(ctx context.Context) (firstResult, error) {
 		return n
 	}
 	s := &r.settings
-	s.IdleSessionTimeout = time.Duration(num("idle_session_timeout")) * time.Millisecond
+	s.Timeouts = sessionTimeouts{
+		Idle:              time.Duration(num("idle_session_timeout")) * time.Millisecond,
+		Statement:         time.Duration(num("statement_timeout")) * time.Millisecond,
+		IdleInTransaction: time.Duration(num("idle_in_transaction_session_timeout")) * time.Millisecond,
+	}
 	s.TCP = timing.TCP{
 		Idle:        time.Duration(num("tcp_keepalives_idle")) * time.Second,
 		Interval:    time.Duration(num("tcp_keepalives_interval")) * time.Second,
@@ -714,18 +718,39 @@ func sameFunc(a, b pgconn.ValidateConnectFunc) bool {
 	return reflect.ValueOf(a).Pointer() == reflect.ValueOf(b).Pointer()
 }
 
-// checkIdleSessionTimeout judges idle_session_timeout against the lease's
-// heartbeat: a server that ends idle sessions sooner than the next heartbeat
-// takes every leader's lock away.
-func checkIdleSessionTimeout(timeout, heartbeat time.Duration) Check {
-	switch {
-	case timeout == 0:
-		return pass(CheckIdle, "idle_session_timeout = 0: idle lease sessions are not ended")
-	case timeout <= heartbeat:
-		return fail(CheckIdle, Liveness, fmt.Sprintf("idle_session_timeout = %s is not above the heartbeat interval %s: the server ends a leader's idle session between heartbeats; set it to 0 for the lease role (ALTER ROLE … SET idle_session_timeout = 0)", timeout, heartbeat))
-	default:
-		return warn(CheckIdle, fmt.Sprintf("idle_session_timeout = %s: a lease session silent for longer is ended; leasectl's heartbeat (every %s) keeps it alive, but a worker that holds the lock without heartbeats loses it", timeout, heartbeat))
+// sessionTimeouts are the timeouts a role or database setting may give
+// every session, which would break a lease session that kept them: the
+// server ends an idle leader's session (idle_session_timeout), cancels a
+// stand-by's wait in the lock queue (statement_timeout), or ends a session
+// left in a transaction (idle_in_transaction_session_timeout).
+type sessionTimeouts struct {
+	Idle, Statement, IdleInTransaction time.Duration
+}
+
+// checkIdleSessionTimeout says which of the session timeouts are set for
+// this role and database, and what they would break. Any client may set
+// them for its own session, and leasectl's lease sets all three to 0 on its
+// sessions, so a setting is a warning for whoever else holds a lease over
+// the DSN, never a refusal.
+func checkIdleSessionTimeout(t sessionTimeouts, heartbeat time.Duration) Check {
+	var set []string
+	if t.Idle > 0 {
+		effect := "a lease session silent for longer is ended"
+		if t.Idle <= heartbeat {
+			effect = fmt.Sprintf("it would end a leader's idle session between heartbeats (every %s)", heartbeat)
+		}
+		set = append(set, fmt.Sprintf("idle_session_timeout = %s: %s", t.Idle, effect))
 	}
+	if t.Statement > 0 && t.Statement <= heartbeat {
+		set = append(set, fmt.Sprintf("statement_timeout = %s: it would cancel a stand-by's wait in the lock queue", t.Statement))
+	}
+	if t.IdleInTransaction > 0 {
+		set = append(set, fmt.Sprintf("idle_in_transaction_session_timeout = %s: it ends a session left in a transaction", t.IdleInTransaction))
+	}
+	if len(set) == 0 {
+		return pass(CheckIdle, "idle_session_timeout = 0: idle lease sessions are not ended")
+	}
+	return warn(CheckIdle, strings.Join(set, "; ")+" (a role or database setting, e.g. ALTER ROLE … SET). leasectl's lease sets these to 0 on its own sessions; any other lease over this DSN must do the same (SET idle_session_timeout = 0, …), or lose its lock")
 }
 
 // checkDeadPeer judges the server's dead-peer detection for this session,

@@ -292,7 +292,7 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 		rep.Checks = append(rep.Checks, p.release(ctx))
 	}
 	rep.Checks = append(rep.Checks, proxy.check,
-		checkIdleSessionTimeout(first.settings.IdleSessionTimeout, o.HeartbeatInterval),
+		checkIdleSessionTimeout(first.settings.Timeouts, o.HeartbeatInterval),
 		checkDeadPeer(first.settings, o.HeartbeatInterval, o.HeartbeatTimeout),
 		checkPrivileges(first.settings))
 	return rep, nil

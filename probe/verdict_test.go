@@ -39,8 +39,8 @@ func TestCheckIdleSessionTimeout(t *testing.T) {
 	for _, tc := range []struct {
 		timeout time.Duration
 		want    Status
-	}{{0, Pass}, {10 * time.Second, Fail}, {15 * time.Second, Fail}, {time.Minute, Warn}} {
-		if got := checkIdleSessionTimeout(tc.timeout, hb).Status; got != tc.want {
+	}{{0, Pass}, {10 * time.Second, Warn}, {15 * time.Second, Warn}, {time.Minute, Warn}} {
+		if got := checkIdleSessionTimeout(sessionTimeouts{Idle: tc.timeout}, hb).Status; got != tc.want {
 			t.Errorf("idle_session_timeout %s: %s, want %s", tc.timeout, got, tc.want)
 		}
 	}
