@@ -249,7 +249,7 @@ func TestWhoJSONStream(t *testing.T) {
 	pgtest.Exec(t, b, "SELECT pg_advisory_lock_shared(9200777)")
 	pgtest.Exec(t, a, "SELECT pg_advisory_lock(5, 6)")
 	waiter := pgtest.Conn(t, needLab(t).DirectDSN(), "json-waiter")
-	blocked := pgtest.Wait(waiter, pollerKey)
+	blocked := pgtest.Wait(t, waiter, pollerKey)
 	t.Cleanup(func() { // t.Context() is done by now
 		_, _ = locks.Unlock(context.Background(), a, pollerKey)
 		<-blocked

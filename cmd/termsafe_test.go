@@ -340,7 +340,7 @@ func TestOutputFitsTheWidth(t *testing.T) {
 	leaderConn := pgtest.Conn(t, needLab(t).DirectDSN(), "poller-7f9c")
 	hold(t, leaderConn, widthPollerKey)
 	waiter := pgtest.Conn(t, needLab(t).DirectDSN(), "poller-b21e")
-	blocked := pgtest.Wait(waiter, widthPollerKey)
+	blocked := pgtest.Wait(t, waiter, widthPollerKey)
 	t.Cleanup(func() {
 		_, _ = locks.Unlock(context.Background(), leaderConn, widthPollerKey)
 		<-blocked

@@ -90,7 +90,7 @@ func TestWhoShowsHolderAndWaiterOfEachRole(t *testing.T) {
 	standby := pgtest.Conn(t, needLab(t).DirectDSN(), "poller-b")
 	hold(t, leader, pollerKey)
 	leaderPID, standbyPID := pidOf(t, leader), pidOf(t, standby)
-	blocked := pgtest.Wait(standby, pollerKey)
+	blocked := pgtest.Wait(t, standby, pollerKey)
 	t.Cleanup(func() {
 		_, _ = locks.Unlock(ctx, leader, pollerKey)
 		<-blocked

@@ -86,7 +86,8 @@ type Config struct {
 
 	// Preflight decides whether this DSN may lead; it runs on every new
 	// connection before the connection stands by. A non-nil error refuses.
-	// Nil means the session-stability probe.
+	// Nil means the session-stability probe, which then runs its connection
+	// A on the lease session itself and opens one more connection.
 	Preflight func(ctx context.Context, cfg *pgx.ConnConfig) error
 
 	// Logger receives a line for every state change, with role, key and
@@ -164,9 +165,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if c.Preflight == nil {
-		c.Preflight = defaultPreflight(c.timing())
 	}
 	return c, nil
 }

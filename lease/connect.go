@@ -64,8 +64,9 @@ func (r *runner) open(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, dbco
 // server must be a primary and the preflight must pass. Only then does it
 // apply the session's settings, LISTEN for requests to step down, and set
 // up the stop fence session, which must reach the same server. The two
-// sessions and the preflight's probe connect at the same time: a reconnect
-// costs about one connection setup, not three.
+// sessions connect at the same time, and the probe runs on the lease
+// session with one more connection of its own: a reconnect needs three
+// connections, and costs about two connection setups.
 func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 	s := &sessions{}
 	defer func() {
@@ -90,32 +91,48 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 		o.conn, o.info, o.err = r.open(ctx, preferHost(r.fenceCfg, r.primary))
 		fenceCh <- o
 	}()
-	go func() { probeCh <- r.cfg.Preflight(ctx, preferHost(r.cfg.ConnConfig, r.primary)) }()
+	if r.cfg.Preflight != nil {
+		go func() { probeCh <- r.cfg.Preflight(ctx, preferHost(r.cfg.ConnConfig, r.primary)) }()
+	}
 	if s.main == nil {
 		s.main, s.info, err = r.open(ctx, preferHost(r.mainCfg, r.primary))
 	}
+	var probeErr error
+	switch {
+	case r.cfg.Preflight != nil:
+		probeErr = <-probeCh
+	case err == nil && !s.info.InRecovery:
+		// A new leader may be waiting for the end of a term this runner
+		// lost: record it first (a row update is safe over any
+		// connection). Then the probe, whose connection A is the lease
+		// session itself: a reconnect needs three connections, not four.
+		r.recordPending(ctx, s.main)
+		probeErr = r.probe(ctx, s.main, preferHost(r.cfg.ConnConfig, r.primary))
+	}
 	fence := <-fenceCh
 	s.fenceConn, s.fenceInfo = fence.conn, fence.info
-	probeErr := <-probeCh
 	switch {
 	case err != nil:
-		return nil, err
+		return nil, fullHint(err)
 	case fence.err != nil:
-		return nil, fmt.Errorf("open the stop fence session: %w", fence.err)
+		return nil, fullHint(fmt.Errorf("open the stop fence session: %w", fence.err))
 	}
 	r.log.Info("connected", "backend_pid", s.info.BackendPID, "server", s.info.Addr, "port", s.info.Port, "version", s.info.VersionNum)
 	if s.info.InRecovery {
 		return nil, &RefusedError{BackendPID: s.info.BackendPID, Standby: true, Reason: "the server is a standby (pg_is_in_recovery): advisory locks there fence nothing on the primary; point the DSN at the primary (target_session_attrs=primary)"}
 	}
-	// A new leader may be waiting for the end of a term this runner lost:
-	// record it first. A row update is safe over any connection.
-	r.recordPending(ctx, s.main)
+	r.recordPending(ctx, s.main) // with a preflight of its own
 	if probeErr != nil {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
-		reason := "the session-stability probe refused this DSN: a lease over it could have two leaders"
 		var pe *ProbeError
+		if !errors.As(probeErr, &pe) && dbconn.Unavailable(probeErr) {
+			// The probe could not run (the server is full, say): no
+			// verdict, and no refusal.
+			return nil, fullHint(fmt.Errorf("the session-stability probe: %w", probeErr))
+		}
+		reason := "the session-stability probe refused this DSN: a lease over it could have two leaders"
 		standby := false
 		if errors.As(probeErr, &pe) {
 			if pe.Report.Refusal != probe.Safety {
@@ -158,4 +175,13 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 func closeOnDone(ctx context.Context, conn *pgx.Conn) (release func()) {
 	stop := context.AfterFunc(ctx, func() { _ = conn.PgConn().Conn().Close() })
 	return func() { stop() }
+}
+
+// fullHint says what a lease needs when the server refused a connection
+// for want of a slot.
+func fullHint(err error) error {
+	if dbconn.TooManyConnections(err) {
+		return fmt.Errorf("%w (the server has no connection slot left: a lease needs three at a reconnect, its session, the stop fence and the probe's, and keeps two)", err)
+	}
+	return err
 }

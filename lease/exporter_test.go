@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,17 +75,37 @@ func (s *served) expect(t *testing.T, path string, code int, want ...string) {
 	}
 }
 
+// sample returns the value of the series name+labels in the exporter's
+// /metrics, failing the test when it is missing.
+func (s *served) sample(t *testing.T, series string) float64 {
+	t.Helper()
+	_, body := s.get(t, "/metrics")
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("/metrics lacks %s:\n%s", series, body)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatalf("%s: %v", series, err)
+	}
+	return v
+}
+
 // TestExporterFollowsARealLease: leases on the lab's server, each with
 // the leasehttp exporter, answer /metrics, /readyz and /healthz the way
 // leasectl run --metrics-addr does: the leader and a stand-by are ready,
 // a lease refused by a transaction-mode pooler is not but is alive, and a
-// stopped lease is neither.
+// stopped lease is neither. The leader exposes the epoch of its term (the
+// lease creates the term record itself); the stand-by exposes 0 until it
+// takes over, then the next epoch, and counts the gap before its term.
 func TestExporterFollowsARealLease(t *testing.T) {
 	const key = 9100030
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	leaderCtx, stopLeader := context.WithCancel(ctx)
+	defer stopLeader()
 	leading := make(chan struct{}, 1)
-	leader := serveLease(t, ctx, testLab.DirectDSN(), key, func(ctx context.Context) error {
+	leader := serveLease(t, leaderCtx, testLab.DirectDSN(), key, func(ctx context.Context) error {
 		leading <- struct{}{}
 		<-ctx.Done()
 		return nil
@@ -102,16 +124,33 @@ func TestExporterFollowsARealLease(t *testing.T) {
 		"leasectl_lease_transitions_total"+labels+`,state="standing_by"} 1`,
 		"leasectl_lease_transitions_total"+labels+`,state="leading"} 1`,
 		"leasectl_lease_program_starts_total"+labels+"} 0",
-		"leasectl_lease_heartbeat_age_seconds"+labels+"} ")
+		"leasectl_lease_heartbeat_age_seconds"+labels+"} ",
+		"# TYPE leasectl_lease_epoch gauge\n",
+		"# TYPE leasectl_lease_leaderless_seconds_total counter\n")
+	epoch := leader.sample(t, "leasectl_lease_epoch"+labels+"}")
+	if epoch < 1 {
+		t.Errorf("the leader exposes epoch %v, want the epoch of its term (> 0)", epoch)
+	}
+	if v := leader.sample(t, "leasectl_lease_leaderless_seconds_total"+labels+"}"); v < 0 {
+		t.Errorf("leaderless seconds %v", v)
+	}
 
-	standby := serveLease(t, ctx, testLab.DirectDSN(), key, func(context.Context) error {
-		t.Error("the stand-by led while the leader held the key")
+	var handover atomic.Bool // set before the leader is stopped
+	standbyLeads := make(chan struct{}, 1)
+	standby := serveLease(t, ctx, testLab.DirectDSN(), key, func(ctx context.Context) error {
+		if !handover.Load() {
+			t.Error("the stand-by led while the leader held the key")
+		}
+		standbyLeads <- struct{}{}
+		<-ctx.Done()
 		return nil
 	})
 	standby.rec.waitFor(t, lease.StandingBy)
 	standby.expect(t, "/readyz", http.StatusOK, "ready: standing_by")
 	standby.expect(t, "/healthz", http.StatusOK, "ok: standing_by")
-	standby.expect(t, "/metrics", http.StatusOK, "leasectl_lease_leader"+labels+"} 0\n")
+	standby.expect(t, "/metrics", http.StatusOK, "leasectl_lease_leader"+labels+"} 0\n",
+		"leasectl_lease_epoch"+labels+"} 0\n", // it has not led a term
+		"leasectl_lease_leaderless_seconds_total"+labels+"} 0.000\n")
 
 	refused := serveLease(t, ctx, testLab.PoolerDSN("transaction"), key+1, func(context.Context) error {
 		t.Error("led through a transaction-mode pooler")
@@ -121,6 +160,27 @@ func TestExporterFollowsARealLease(t *testing.T) {
 	refused.expect(t, "/readyz", http.StatusServiceUnavailable, "not ready: ")
 	refused.expect(t, "/healthz", http.StatusOK, "ok: ")
 	refused.expect(t, "/metrics", http.StatusOK, `leasectl_lease_transitions_total{role="test",key="9100031",state="refused"} `)
+
+	// The leader stops; the stand-by begins the next term.
+	handover.Store(true)
+	stopLeader()
+	leader.run.wait(t)
+	select {
+	case <-standbyLeads:
+	case <-time.After(time.Minute):
+		t.Fatalf("the stand-by did not take over within a minute:\n%s", standby.log)
+	}
+	leader.expect(t, "/metrics", http.StatusOK, "leasectl_lease_leader"+labels+"} 0\n")
+	if got := leader.sample(t, "leasectl_lease_epoch"+labels+"}"); got != epoch {
+		t.Errorf("the stopped leader exposes epoch %v, want its last term's %v", got, epoch)
+	}
+	standby.expect(t, "/metrics", http.StatusOK, "leasectl_lease_leader"+labels+"} 1\n")
+	if got := standby.sample(t, "leasectl_lease_epoch"+labels+"}"); got != epoch+1 {
+		t.Errorf("the new leader exposes epoch %v, want %v", got, epoch+1)
+	}
+	if v := standby.sample(t, "leasectl_lease_leaderless_seconds_total"+labels+"}"); v < 0 || v > 60 {
+		t.Errorf("the new leader counts %vs without a term before its own, want a handover's", v)
+	}
 
 	cancel()
 	for _, s := range []*served{refused, standby, leader} {

@@ -58,7 +58,7 @@ func (r *runner) checkRecord(ctx context.Context, s *sessions) bool {
 	case err != nil:
 		r.log.Warn("cannot use the term record (schema leasectl); "+uncovered, "err", err.Error())
 	case st == term.NoPrivilege:
-		r.log.Warn("the term record (schema leasectl) exists, but this role may not read and write it; " + uncovered + "; grant SELECT, INSERT, UPDATE, DELETE on leasectl.term and leasectl.term_history to it")
+		r.log.Warn("the term record (schema leasectl) exists, but this role may not read and write it; " + uncovered + "; as the schema's owner, run: " + term.GrantSQL(s.info.User))
 	default:
 		r.log.Warn("the term record (schema leasectl) is missing; " + uncovered + "; run `leasectl fence init`")
 	}

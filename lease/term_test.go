@@ -332,7 +332,9 @@ func TestRoleTimeoutsDoNotEndLeaseSessions(t *testing.T) {
 			t.Errorf("member %d connected %d times, want once (a session was ended): %v", i, n, rec.states())
 		}
 	}
-	if out := logs.String(); !strings.Contains(out, "may not create it") || !strings.Contains(out, "leasectl fence init") {
+	// Whether an earlier test created the schema decides which advice.
+	if out := logs.String(); !(strings.Contains(out, "may not create it") && strings.Contains(out, "leasectl fence init")) &&
+		!(strings.Contains(out, `GRANT USAGE ON SCHEMA leasectl TO`) && strings.Contains(out, `ON leasectl.term, leasectl.term_history TO`)) {
 		t.Errorf("the lease did not say that the term record is missing and how to create it:\n%s", out)
 	}
 }
@@ -379,4 +381,35 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestThreeConnectionsAreEnough: a lease needs three connections at a
+// (re)connect (its session, which the probe also runs on, the stop fence
+// and the probe's second connection) and keeps two. With a role limited
+// to three it leads; limited to two it says that the server has no slot
+// left, not that the probe refused the DSN.
+func TestThreeConnectionsAreEnough(t *testing.T) {
+	const key = 9100140
+	admin := pgtest.Conn(t, testLab.DirectDSN(), "")
+	for _, stmt := range []string{
+		"DROP ROLE IF EXISTS lease_three",
+		"CREATE ROLE lease_three LOGIN PASSWORD 'three-secret' CONNECTION LIMIT 3",
+	} {
+		pgtest.Exec(t, admin, stmt)
+	}
+	if err := testLab.AddLogin("lease_three", "three-secret"); err != nil {
+		t.Fatal(err)
+	}
+	dsn := testLab.DSN(testLab.Primary.Port, "lease_three", "postgres")
+	f := newFleet(t, 1, key, lease.Config{Role: "term-test", DSN: dsn, RetryInterval: 200 * time.Millisecond})
+	f.nextStart("with three connections allowed")
+	f.stop()
+
+	pgtest.Exec(t, admin, "ALTER ROLE lease_three CONNECTION LIMIT 2")
+	var logs leasetest.Buffer
+	f = newFleet(t, 1, key, lease.Config{Role: "term-test", DSN: dsn, RetryInterval: 200 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	logs.WaitFor(t, "no connection slot left", 2, time.Minute)
+	if out := logs.String(); strings.Contains(out, "probe refused") || f.recs[0].count(lease.Leading) > 0 {
+		t.Errorf("with two connections allowed, the lease led or blamed the probe:\n%s", out)
+	}
 }

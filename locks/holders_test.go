@@ -48,7 +48,7 @@ func TestHolderAndWaiterFromRealSessions(t *testing.T) {
 	pgtest.Exec(t, leader, "SELECT pg_advisory_lock($1)", int64(key))
 	leaderPID, standbyPID := pgtest.PID(t, leader), pgtest.PID(t, standby)
 
-	blocked := pgtest.Wait(standby, key)
+	blocked := pgtest.Wait(t, standby, key)
 	f := locks.Filter{Keys: []locks.Key{locks.BigintKey(key)}}
 	snap := waitFor(t, observer, f, "the waiter", func(s *locks.Snapshot) bool { return len(s.Find(locks.BigintKey(key)).Waiters) == 1 })
 

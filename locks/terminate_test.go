@@ -31,7 +31,7 @@ func TestFailoverTerminatesExactlyTheHolderAndAStandByTakesOver(t *testing.T) {
 		wait func(t *testing.T, standby *pgx.Conn, key int64) // how the stand-by waits
 	}{
 		{"polling stand-by", func(t *testing.T, c *pgx.Conn, key int64) { pgtest.StandBy(t, c, key, 20*time.Millisecond) }},
-		{"stand-by in the lock queue", func(t *testing.T, c *pgx.Conn, key int64) { pgtest.Wait(c, key) }},
+		{"stand-by in the lock queue", func(t *testing.T, c *pgx.Conn, key int64) { pgtest.Wait(t, c, key) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const key = 1840000911

@@ -69,7 +69,7 @@ type firstResult struct {
 // server applies them to this session.
 type serverSettings struct {
 	Timeouts sessionTimeouts
-	TCP                timing.TCP
+	TCP      timing.TCP
 	// ClientOnSocket: the server sees its client on a unix socket (no
 	// inet_client_addr), whatever the DSN said.
 	ClientOnSocket bool
@@ -416,6 +416,9 @@ func (p *run) idleSurvival(ctx context.Context) Check {
 // with an empty server_reset_query) keeps a dead leader's lock for the next
 // client.
 func (p *run) release(ctx context.Context) Check {
+	if p.borrowedA {
+		return p.releaseOnContender(ctx)
+	}
 	checker, own := p.liveContender(), false
 	if checker == nil {
 		c, err := dbconn.Connect(ctx, p.connConfig())
@@ -430,8 +433,49 @@ func (p *run) release(ctx context.Context) Check {
 	cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = p.a.Close(cctx)
 	cancel()
-	closed := time.Now()
 	p.aClosed = true
+	return p.releaseSeen(ctx, checker, time.Now(), "connection A")
+}
+
+// releaseOnContender shows that the key dies with its connection when A
+// must stay open (Options.Conn): A releases the key, a contender takes it
+// and closes, and A waits for it.
+func (p *run) releaseOnContender(ctx context.Context) Check {
+	var holder *contender
+	for _, c := range p.contenders {
+		if c.conn != nil && !c.conn.IsClosed() {
+			holder = c
+			break
+		}
+	}
+	if holder == nil {
+		return fail(CheckRelease, Liveness, "no contender connection left to check that the key is released when its connection closes")
+	}
+	sctx, cancel := p.step(ctx)
+	defer cancel()
+	if _, err := locks.Unlock(sctx, p.a, p.opts.Key); err != nil {
+		return fail(CheckRelease, Liveness, "connection A could not release the key: "+p.explain(err))
+	}
+	p.aLocked = false
+	var o observation
+	var took bool
+	if err := holder.conn.QueryRow(sctx, tryOnSQL, p.opts.Key).Scan(&o.pid, &o.server.SystemID, &o.server.StartedAt, &o.server.InRecovery, &took); err != nil {
+		return fail(CheckRelease, Liveness, "a contender could not take the key over from A: "+p.explain(err))
+	}
+	p.sawPID(o.pid)
+	holder.tookKey = took
+	if !took {
+		return fail(CheckRelease, Safety, fmt.Sprintf("after A released the key, a contender (backend pid %d) could not take it: something else holds it", o.pid))
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), time.Second)
+	_ = holder.conn.Close(cctx)
+	ccancel()
+	return p.releaseSeen(ctx, p.a, time.Now(), "the contender's connection")
+}
+
+// releaseSeen waits on checker until the key is free, after the
+// connection that held it (what) closed at closed.
+func (p *run) releaseSeen(ctx context.Context, checker *pgx.Conn, closed time.Time, what string) Check {
 	// Through a session pooler the reset runs after the client left, and a
 	// backend takes a moment to exit: wait in the server's lock queue for
 	// the key, up to a limit.
@@ -443,14 +487,14 @@ func (p *run) release(ctx context.Context) Check {
 	switch {
 	case err == nil:
 		p.aLocked = false
-		return pass(CheckRelease, fmt.Sprintf("the key was free %s after connection A closed: the lock died with its connection", roundDuration(waited)))
+		return pass(CheckRelease, fmt.Sprintf("the key was free %s after %s closed: the lock died with its connection", roundDuration(waited), what))
 	case sqlState(err) == "55P03":
 		p.multiplexed = true // the key sits on a pooled server connection: sweep it
-		return fail(CheckRelease, Safety, fmt.Sprintf("the key stayed held for %s after connection A, which held it, closed: its server session outlived it, so a dead leader's lock would pass to whichever client gets that server connection next; a pooler hands connections on without resetting them (PgBouncer: set server_reset_query = DISCARD ALL, or server_reset_query_always)", roundDuration(waited)))
+		return fail(CheckRelease, Safety, fmt.Sprintf("the key stayed held for %s after %s, which held it, closed: its server session outlived it, so a dead leader's lock would pass to whichever client gets that server connection next; a pooler hands connections on without resetting them (PgBouncer: set server_reset_query = DISCARD ALL, or server_reset_query_always)", roundDuration(waited), what))
 	case ctx.Err() != nil:
 		return info(CheckRelease, "interrupted")
 	default:
-		return fail(CheckRelease, Liveness, "could not check that the key was released after A closed: "+p.explain(err))
+		return fail(CheckRelease, Liveness, fmt.Sprintf("could not check that the key was released after %s closed: %s", what, p.explain(err)))
 	}
 }
 

@@ -88,6 +88,13 @@ type Options struct {
 	// ConnConfig is the DSN to probe, parsed by dbconn.Parse. Every probe
 	// connection is opened from a copy of it.
 	ConnConfig *pgx.ConnConfig
+	// Conn, when set, is an open connection over ConnConfig to run as
+	// connection A, instead of opening one: a lease probes on its own
+	// session, so that a reconnect needs one connection less. The probe
+	// leaves it open and holding nothing of the probe's; that the key dies
+	// with its connection is then shown on a contender's connection, which
+	// takes the key over from A and closes.
+	Conn *pgx.Conn
 	// Key is the advisory key the probe takes; 0 means a key picked at
 	// random from the probe's range (see RandomKey), so that probes running
 	// at the same time never contend with each other. No role may use it.
@@ -255,7 +262,11 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.Timeout)
 		defer cancel()
-		rep.Checks = append(rep.Checks, p.cleanup(cctx))
+		cleanup := p.cleanup(cctx)
+		if rep == nil {
+			return // no verdict: err says why
+		}
+		rep.Checks = append(rep.Checks, cleanup)
 		rep.Verdict, rep.Refusal = Decide(rep.Checks, o.Strict)
 		rep.Elapsed = time.Since(start)
 		rep.ElapsedMS = float64(rep.Elapsed.Microseconds()) / 1000
@@ -264,7 +275,11 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 		}
 	}()
 
-	rep.Checks = append(rep.Checks, pass(CheckConnect, fmt.Sprintf("connected to %s in %s as %s", rep.Target, roundDuration(p.connectTime), o.ConnConfig.User)))
+	if p.borrowedA {
+		rep.Checks = append(rep.Checks, pass(CheckConnect, fmt.Sprintf("connected to %s as %s (connection A is the lease's own session)", rep.Target, o.ConnConfig.User)))
+	} else {
+		rep.Checks = append(rep.Checks, pass(CheckConnect, fmt.Sprintf("connected to %s in %s as %s", rep.Target, roundDuration(p.connectTime), o.ConnConfig.User)))
+	}
 	first, err := p.first(ctx)
 	if err != nil {
 		rep.Checks = append(rep.Checks, fail(CheckPrimary, Liveness, "the first statement failed: "+p.explain(err)+" (did the pooler find no free server connection?)"))
@@ -278,6 +293,12 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	}
 
 	p.contendersReady()
+	for _, c := range p.contenders {
+		if dbconn.TooManyConnections(c.err) {
+			// Not a property of the DSN: the server is full.
+			return nil, fmt.Errorf("the probe's second connection: %w", c.err)
+		}
+	}
 	exclusion := p.exclusion(ctx, first)
 	var idleCut *Check
 	if o.Idle > 0 && exclusion.Status == Pass && ctx.Err() == nil {
@@ -300,8 +321,10 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 
 // run is the state of one probe: its connections and what they observed.
 type run struct {
-	opts        Options
-	a           *pgx.Conn
+	opts Options
+	a    *pgx.Conn
+	// borrowedA: a is Options.Conn, which the probe must leave open.
+	borrowedA   bool
 	contenders  []*contender
 	connectTime time.Duration
 
@@ -365,6 +388,10 @@ func (p *run) connectAll(ctx context.Context) error {
 			c.conn, c.err = dbconn.Connect(bg, p.connConfig())
 		}()
 	}
+	if p.opts.Conn != nil {
+		p.a, p.borrowedA = p.opts.Conn, true
+		return nil
+	}
 	actx, acancel := context.WithTimeout(ctx, p.opts.Timeout)
 	defer acancel()
 	a, err := dbconn.Connect(actx, p.connConfig())
@@ -390,7 +417,7 @@ func (p *run) closeAll() {
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, conn := range append([]*pgx.Conn{p.a}, p.contenderConns()...) {
-		if conn != nil && !conn.IsClosed() {
+		if conn != nil && !conn.IsClosed() && !(p.borrowedA && conn == p.a) {
 			wg.Add(1)
 			go func() { defer wg.Done(); conn.Close(ctx) }()
 		}

@@ -486,3 +486,37 @@ func TestPgPoolSettings(t *testing.T) {
 		})
 	}
 }
+
+// TestProbeOnABorrowedConnection: with Options.Conn the probe runs its
+// connection A on a connection it is given (a lease's own session) and
+// opens only its contender. The verdicts are the same, the release is shown
+// on the contender's connection, and the given connection stays open and
+// holds nothing of the probe's.
+func TestProbeOnABorrowedConnection(t *testing.T) {
+	for _, c := range []struct {
+		dsn  string
+		want probe.Verdict
+	}{{testLab.DirectDSN(), probe.Stable}, {testLab.PoolerDSN("transaction"), probe.Refused}} {
+		conn := connect(t, c.dsn)
+		rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, c.dsn), Conn: conn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Verdict != c.want {
+			t.Errorf("%s: verdict %s, want %s:%s", c.dsn, rep.Verdict, c.want, dump(rep))
+		}
+		if conn.IsClosed() {
+			t.Fatalf("%s: the probe closed the connection it was given", c.dsn)
+		}
+		if c.want == probe.Stable {
+			if ch, _ := rep.Check(probe.CheckRelease); ch.Status != probe.Pass || !strings.Contains(ch.Detail, "after the contender's connection closed") {
+				t.Errorf("release check: %+v", ch)
+			}
+			_, holders, err := locks.KeyHolders(context.Background(), conn, rep.Key)
+			if err != nil || len(holders) != 0 {
+				t.Errorf("probe key %d still held by %v (%v) after the probe", rep.Key, holders, err)
+			}
+		}
+		assertNothingLeft(t)
+	}
+}

@@ -52,7 +52,7 @@ func TestHealthyDeploymentPassesEveryCheck(t *testing.T) {
 	pollerStandBy := pgtest.Conn(t, testLab.DirectDSN(), "poller-b")
 	pgtest.StandBy(t, pollerStandBy, roles[0].Key, 20*time.Millisecond)
 	schedulerStandBy := pgtest.Conn(t, testLab.DirectDSN(), "scheduler-b")
-	pgtest.Wait(schedulerStandBy, roles[1].Key)
+	pgtest.Wait(t, schedulerStandBy, roles[1].Key)
 
 	conn := pgtest.Conn(t, testLab.DirectDSN(), "verify")
 	rep, err := verify.Run(ctx, conn, verify.Options{

@@ -105,13 +105,24 @@ func PreparedLock(t testing.TB, l *lab.Lab, key int64) string {
 
 // Wait starts pg_advisory_lock(key) on conn in the background: the session
 // blocks until the key is free. The returned channel yields the statement's
-// result once it has the lock (or failed).
-func Wait(conn *pgx.Conn, key int64) <-chan error {
-	done := make(chan error, 1)
+// result once it has the lock (or failed). When the test ends, a wait that
+// is still blocked is ended by closing conn's socket, and waited for, so
+// that nothing uses conn while its cleanup closes it.
+func Wait(t testing.TB, conn *pgx.Conn, key int64) <-chan error {
+	done, finished := make(chan error, 1), make(chan struct{})
 	go func() {
+		defer close(finished)
 		_, err := conn.Exec(context.Background(), "SELECT pg_advisory_lock($1)", key)
 		done <- err
 	}()
+	t.Cleanup(func() {
+		select {
+		case <-finished:
+		default:
+			_ = conn.PgConn().Conn().Close()
+			<-finished
+		}
+	})
 	return done
 }
 

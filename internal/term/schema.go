@@ -62,10 +62,22 @@ CREATE TABLE IF NOT EXISTS leasectl.term_history (
 CREATE INDEX IF NOT EXISTS term_history_key_epoch ON leasectl.term_history (key, epoch);
 `
 
-// checkSQL says whether this role may read and write both tables, which
-// exist.
-const checkSQL = `SELECT coalesce(has_table_privilege('leasectl.term', 'SELECT, INSERT, UPDATE') AND
-                has_table_privilege('leasectl.term_history', 'SELECT, INSERT, UPDATE, DELETE'), false)`
+// checkSQL says whether both tables exist and whether this role may use
+// them, from the catalogs: naming a table of a schema without USAGE on it
+// is an error.
+const checkSQL = `SELECT count(*) = 2,
+       coalesce(bool_and(has_schema_privilege(n.oid, 'USAGE') AND
+                has_table_privilege(c.oid, CASE c.relname WHEN 'term' THEN 'SELECT, INSERT, UPDATE'
+                                                          ELSE 'SELECT, INSERT, UPDATE, DELETE' END)), false)
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'leasectl' AND c.relname IN ('term', 'term_history') AND c.relkind = 'r'`
+
+// GrantSQL is what lets role use the term record, run by the owner of the
+// schema leasectl.
+func GrantSQL(role string) string {
+	r := pgx.Identifier{role}.Sanitize()
+	return "GRANT USAGE ON SCHEMA leasectl TO " + r + "; GRANT SELECT, INSERT, UPDATE, DELETE ON leasectl.term, leasectl.term_history TO " + r + ";"
+}
 
 // Status is whether a database has the term record.
 type Status int
@@ -84,19 +96,13 @@ const (
 // this role.
 func Check(ctx context.Context, q Querier) (Status, error) {
 	var exists, usable bool
-	// has_table_privilege errors on a missing table: ask only when both
-	// exist.
-	err := q.QueryRow(ctx, `SELECT to_regclass('leasectl.term') IS NOT NULL AND to_regclass('leasectl.term_history') IS NOT NULL`).Scan(&exists)
-	if err != nil {
+	if err := q.QueryRow(ctx, checkSQL).Scan(&exists, &usable); err != nil {
 		return Missing, fmt.Errorf("look for the term record: %w", err)
 	}
-	if !exists {
+	switch {
+	case !exists:
 		return Missing, nil
-	}
-	if err := q.QueryRow(ctx, checkSQL).Scan(&usable); err != nil {
-		return Missing, fmt.Errorf("look for the term record: %w", err)
-	}
-	if !usable {
+	case !usable:
 		return NoPrivilege, nil
 	}
 	return Ready, nil

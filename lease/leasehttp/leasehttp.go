@@ -19,6 +19,18 @@
 // whatever its state: a database outage makes every replica unready, and
 // must not get them all restarted, while a loop that hangs should be.
 //
+// Two metrics follow the role's durable terms (see package lease).
+// leasectl_lease_epoch is the epoch of the term this replica leads or last
+// led; it is 0, not absent, before the replica has led a term, so that its
+// series exists from the first scrape, and a leadership without a term
+// record (lease.Change.Epoch 0) leaves it as it was.
+// leasectl_lease_leaderless_seconds_total adds up lease.Change.Leaderless
+// over the terms this replica began: how long the role had no term before
+// each. Each gap is counted once, by the replica whose term ended it, so
+// summed by role over the replicas it is the role's leaderless time. A gap
+// counts only once the next term begins: a role without a leader right now
+// shows in leasectl_lease_leader.
+//
 // The text exposition is written by hand: a handful of series does not
 // justify a client library and its dependencies.
 package leasehttp
@@ -48,6 +60,10 @@ type Metrics struct {
 	transitions map[lease.State]int
 	lastBeat    time.Time
 	children    int
+	// epoch is the epoch of the last term this replica began, 0 before
+	// one; leaderless is the sum of the terms' Leaderless.
+	epoch      int64
+	leaderless time.Duration
 	// state is the lease's current state, "" before the first one.
 	state lease.State
 	// restartIn is the wait of a restart policy between a run that
@@ -115,11 +131,17 @@ func (m *Metrics) Mark() {
 }
 
 // OnStateChange records a state change; it is a lease.Config.OnStateChange.
+// A change to Leading that began a term (Epoch > 0) sets the epoch and adds
+// its Leaderless to the leaderless time.
 func (m *Metrics) OnStateChange(c lease.Change) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.leading = c.To == lease.Leading
 	m.transitions[c.To]++
+	if m.leading && c.Epoch > 0 {
+		m.epoch = c.Epoch
+		m.leaderless += max(c.Leaderless, 0)
+	}
 	m.state = c.To
 	m.restartIn = 0
 	m.lastActivity = m.now()
@@ -213,8 +235,9 @@ func (m *Metrics) ServeReady(w http.ResponseWriter, _ *http.Request) {
 }
 
 // ServeMetrics answers /metrics in Prometheus' text format:
-// leasectl_lease_leader, leasectl_lease_transitions_total (by the state
-// entered), leasectl_lease_program_starts_total and, once there was one,
+// leasectl_lease_leader, leasectl_lease_epoch, leasectl_lease_transitions_total
+// (by the state entered), leasectl_lease_leaderless_seconds_total,
+// leasectl_lease_program_starts_total and, once there was one,
 // leasectl_lease_heartbeat_age_seconds, each labelled with role and key.
 func (m *Metrics) ServeMetrics(w http.ResponseWriter, _ *http.Request) {
 	m.mu.Lock()
@@ -225,6 +248,7 @@ func (m *Metrics) ServeMetrics(w http.ResponseWriter, _ *http.Request) {
 		leading = 1
 	}
 	fmt.Fprintf(w, "# HELP leasectl_lease_leader 1 while this replica holds the lease, else 0.\n# TYPE leasectl_lease_leader gauge\nleasectl_lease_leader{%s} %d\n", m.labels, leading)
+	fmt.Fprintf(w, "# HELP leasectl_lease_epoch Epoch of the term this replica leads or last led; 0 before it led a term.\n# TYPE leasectl_lease_epoch gauge\nleasectl_lease_epoch{%s} %d\n", m.labels, m.epoch)
 	fmt.Fprintf(w, "# HELP leasectl_lease_transitions_total State changes of the lease, by the state entered.\n# TYPE leasectl_lease_transitions_total counter\n")
 	states := make([]string, 0, len(m.transitions))
 	for s := range m.transitions {
@@ -234,6 +258,7 @@ func (m *Metrics) ServeMetrics(w http.ResponseWriter, _ *http.Request) {
 	for _, s := range states {
 		fmt.Fprintf(w, "leasectl_lease_transitions_total{%s,state=%q} %d\n", m.labels, s, m.transitions[lease.State(s)])
 	}
+	fmt.Fprintf(w, "# HELP leasectl_lease_leaderless_seconds_total Seconds the role had no term before each term this replica began, summed.\n# TYPE leasectl_lease_leaderless_seconds_total counter\nleasectl_lease_leaderless_seconds_total{%s} %.3f\n", m.labels, m.leaderless.Seconds())
 	fmt.Fprintf(w, "# HELP leasectl_lease_program_starts_total Times the program was started.\n# TYPE leasectl_lease_program_starts_total counter\nleasectl_lease_program_starts_total{%s} %d\n", m.labels, m.children)
 	if !m.lastBeat.IsZero() {
 		fmt.Fprintf(w, "# HELP leasectl_lease_heartbeat_age_seconds Seconds since the last round trip that proved the lease session alive.\n# TYPE leasectl_lease_heartbeat_age_seconds gauge\nleasectl_lease_heartbeat_age_seconds{%s} %.3f\n", m.labels, time.Since(m.lastBeat).Seconds())

@@ -98,7 +98,8 @@ func TestHealthWindow(t *testing.T) {
 
 // TestMetricsExposition: the text format, with label values escaped and
 // the states in order; the heartbeat age appears once there was a
-// heartbeat.
+// heartbeat. A leadership without a term record (Epoch 0) exposes epoch 0
+// and no leaderless time.
 func TestMetricsExposition(t *testing.T) {
 	m := New("po\"ll\\er\n", 1840000001, 0)
 	get := func() (string, string) {
@@ -121,11 +122,17 @@ func TestMetricsExposition(t *testing.T) {
 	want := "# HELP leasectl_lease_leader 1 while this replica holds the lease, else 0.\n" +
 		"# TYPE leasectl_lease_leader gauge\n" +
 		"leasectl_lease_leader{" + labels + "} 1\n" +
+		"# HELP leasectl_lease_epoch Epoch of the term this replica leads or last led; 0 before it led a term.\n" +
+		"# TYPE leasectl_lease_epoch gauge\n" +
+		"leasectl_lease_epoch{" + labels + "} 0\n" +
 		"# HELP leasectl_lease_transitions_total State changes of the lease, by the state entered.\n" +
 		"# TYPE leasectl_lease_transitions_total counter\n" +
 		"leasectl_lease_transitions_total{" + labels + `,state="connecting"} 1` + "\n" +
 		"leasectl_lease_transitions_total{" + labels + `,state="leading"} 1` + "\n" +
 		"leasectl_lease_transitions_total{" + labels + `,state="standing_by"} 1` + "\n" +
+		"# HELP leasectl_lease_leaderless_seconds_total Seconds the role had no term before each term this replica began, summed.\n" +
+		"# TYPE leasectl_lease_leaderless_seconds_total counter\n" +
+		"leasectl_lease_leaderless_seconds_total{" + labels + "} 0.000\n" +
 		"# HELP leasectl_lease_program_starts_total Times the program was started.\n" +
 		"# TYPE leasectl_lease_program_starts_total counter\n" +
 		"leasectl_lease_program_starts_total{" + labels + "} 1\n"
@@ -139,6 +146,53 @@ func TestMetricsExposition(t *testing.T) {
 	if body := New("", 7, 0).labels; body != `role="key 7",key="7"` {
 		t.Errorf("labels of a lease without a role: %s", body)
 	}
+}
+
+// TestTermMetrics: the epoch is the last term's this replica began, kept
+// while it stands by and through a leadership without a term record; the
+// leaderless counter adds up each term's Leaderless and never decreases.
+func TestTermMetrics(t *testing.T) {
+	m := New("poller", 1, 0)
+	const labels = `{role="poller",key="1"} `
+	check := func(epoch, leaderless string) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		m.ServeMetrics(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		body := rec.Body.String()
+		for _, want := range []string{
+			"\nleasectl_lease_epoch" + labels + epoch + "\n",
+			"\nleasectl_lease_leaderless_seconds_total" + labels + leaderless + "\n",
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("/metrics lacks %q:\n%s", want, body)
+			}
+		}
+	}
+	check("0", "0.000") // present before the first term, as 0
+	m.OnStateChange(lease.Change{From: lease.Connecting, To: lease.StandingBy})
+	check("0", "0.000")
+	// The role's first term: no gap before it.
+	m.OnStateChange(lease.Change{From: lease.StandingBy, To: lease.Leading, Epoch: 1})
+	check("1", "0.000")
+	m.OnStateChange(lease.Change{From: lease.Leading, To: lease.Connecting})
+	m.OnStateChange(lease.Change{From: lease.Connecting, To: lease.StandingBy})
+	check("1", "0.000") // the last term led, while standing by
+	// Another replica led epochs 2 to 6; this one begins 7 after 1.5 s
+	// without a term.
+	m.OnStateChange(lease.Change{From: lease.StandingBy, To: lease.Leading, Epoch: 7, Leaderless: 1500 * time.Millisecond})
+	check("7", "1.500")
+	m.OnStateChange(lease.Change{From: lease.Leading, To: lease.StandingBy})
+	// The term record unavailable: leading, but no term began.
+	m.OnStateChange(lease.Change{From: lease.StandingBy, To: lease.Leading})
+	check("7", "1.500")
+	m.OnStateChange(lease.Change{From: lease.Leading, To: lease.StandingBy})
+	m.OnStateChange(lease.Change{From: lease.StandingBy, To: lease.Leading, Epoch: 9, Leaderless: 250*time.Millisecond + 400*time.Microsecond})
+	check("9", "1.750")
+	m.OnStateChange(lease.Change{From: lease.Leading, To: lease.StandingBy})
+	m.OnStateChange(lease.Change{From: lease.StandingBy, To: lease.Leading, Epoch: 10, Leaderless: -time.Second})
+	check("10", "1.750") // a counter never goes back
+	m.OnStateChange(lease.Change{From: lease.Leading, To: lease.Stopped})
+	check("10", "1.750")
 }
 
 // TestServeLogsItsURL: Serve logs the URL of a port the system chose, and
