@@ -60,13 +60,21 @@ a lost lease.
 
 Before CMD starts, leasectl also takes the role's stop fence on a second
 session, and releases it only once CMD and everything it started are gone: a
-new leader waits for it, so two CMDs never overlap, even when the server ends
-the old leader's session. CMD runs directly (no shell) in its own process
+new leader waits for it, so two CMDs never overlap when the server ends the
+old leader's session. Each leadership is also a term, recorded in the schema
+leasectl of the lease's database (created when the role may; else leasectl
+fence init): a new leader that finds the previous term not ended (the server
+ended every session at once: a restart) waits until the old leader records
+its end, or until the term's deadline (its last renewal + heartbeat interval
++ 2 × heartbeat timeout + grace + 2s). A stand-by ends the sessions of a
+holder that stops renewing its term, or that holds the key idle without one
+(a frozen process). leasectl history ROLE shows the terms. CMD runs directly (no shell) in its own process
 group, with LEASECTL_ROLE, LEASECTL_KEY, LEASECTL_BACKEND_PID and
 LEASECTL_PROGRAM_ID set, and inherits the lease session as descriptor 3 and
 the fence session as descriptor 4 (leave them alone): if leasectl is killed,
-even with SIGKILL, CMD is killed too and the server hands the lease on only
-after CMD is gone. leasectl is a child subreaper: daemons CMD starts (setsid,
+even with SIGKILL, CMD is killed too, the server hands the lease on only
+after CMD is gone, and leasectl's obituary process records the end of the
+term. leasectl is a child subreaper: daemons CMD starts (setsid,
 double forks) stay in its tree.
 
 Lease lost (the session ended, a heartbeat or proof failed): CMD's tree gets
@@ -137,9 +145,9 @@ Linux container.`,
 	f.DurationVar(&opts.Grace, "grace", lease.DefaultStopTimeout, "time CMD and what it started have after the first signal before SIGKILL")
 	f.BoolVar(&opts.Restart, "restart", false, "when CMD exits, release the lease, stand by and run it again instead of exiting")
 	f.DurationVar(&opts.RetryInterval, "retry-interval", lease.DefaultRetryInterval, "longest wait between reconnect attempts")
-	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", lease.DefaultHeartbeatInterval, "time between the leader's heartbeats (SELECT 1)")
+	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", lease.DefaultHeartbeatInterval, "time between the leader's heartbeats (the proof of its hold, and the renewal of its term)")
 	f.DurationVar(&opts.HeartbeatTimeout, "heartbeat-timeout", 0, "time limit of each heartbeat (default: --timeout)")
-	f.DurationVar(&opts.TakeoverDelay, "takeover-delay", 0, "hold the lease this long before starting CMD (the stop fence already waits for the old CMD; this covers a server restart, which ends the fence too)")
+	f.DurationVar(&opts.TakeoverDelay, "takeover-delay", 0, "hold the lease this long before starting CMD: a quiet period between leaders for systems outside the database (the fence and the term already wait for the old CMD)")
 	f.IntVar(&opts.Keep, "keep", lease.DefaultHistoryKeep, "terms of the role's history to keep in the database (leasectl history); older ones are deleted")
 	f.String("log-format", "text", "log format on stderr: text or json")
 	deprecatedAlias(f, "log-format", "output")
