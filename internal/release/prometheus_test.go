@@ -40,22 +40,28 @@ func TestPrometheusAlertingRules(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(readFile(t, "examples/prometheus/leasectl-alerts.yaml")), &rules); err != nil {
 		t.Fatal(err)
 	}
-	exprs := map[string]string{}
+	exprs, fors := map[string]string{}, map[string]string{}
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
-			exprs[r.Alert] = r.Expr
+			exprs[r.Alert], fors[r.Alert] = r.Expr, r.For
 			if r.For == "" {
 				t.Errorf("%s has no for: a handover's single scrape would page", r.Alert)
 			}
 		}
 	}
 	for alert, want := range map[string]string{
-		"LeasectlNoLeader":       "max by (role) (leasectl_lease_leader) == 0",
+		"LeasectlNoLeader":       "sum by (role) (leasectl_lease_leader) == 0",
 		"LeasectlSeveralLeaders": "sum by (role) (leasectl_lease_leader) > 1",
 	} {
 		if exprs[alert] != want {
 			t.Errorf("%s: expr %q, want %q", alert, exprs[alert], want)
 		}
+	}
+	// No live term for a minute pages: longer than the term deadline of a
+	// leader that died with the default flags (37s), so a healthy handover
+	// never does.
+	if fors["LeasectlNoLeader"] != "1m" {
+		t.Errorf("LeasectlNoLeader: for %q, want 1m", fors["LeasectlNoLeader"])
 	}
 	// The metric is the one leasectl run serves (package lease/leasehttp
 	// writes it).
