@@ -84,6 +84,8 @@ func stubAll(ran *[]string) func(app *App) []*cobra.Command {
 		return []*cobra.Command{
 			newProbeCmd(app, func(*probeOptions) error { mark("probe"); return nil }),
 			newWhoCmd(app, func(*whoOptions) error { mark("who"); return nil }),
+			newHistoryCmd(app, func(*historyOptions) error { mark("history"); return nil }),
+			newFenceInitCmd(app, func(*fenceInitOptions) error { mark("fence init"); return nil }),
 			newVerifyCmd(app, func(*verifyOptions) error { mark("verify"); return nil }),
 			newFailoverCmd(app, func(*failoverOptions) error { mark("failover"); return nil }),
 			newRunCmd(app, func(*runOptions) error { mark("run"); return nil }),

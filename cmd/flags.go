@@ -123,7 +123,7 @@ func checkOutput(c *cobra.Command, output string) error {
 	case slices.Contains(formats, output):
 		return nil
 	case output == outputWide:
-		return usageErrorf("invalid -o/--output %q: use %s (wide is for leasectl who only)", output, orList(formats))
+		return usageErrorf("invalid -o/--output %q: use %s (wide is for leasectl who and leasectl history only)", output, orList(formats))
 	case len(formats) == 1:
 		return usageErrorf("invalid -o/--output %q: %q has only %s output", output, c.CommandPath(), formats[0])
 	default:

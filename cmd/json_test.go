@@ -219,7 +219,7 @@ func TestJSONConvention(t *testing.T) {
 // command that prints JSON, and says which schema_version it describes.
 func TestJSONDocumentsEveryCommand(t *testing.T) {
 	for _, c := range []string{"probe", "who", "keys lint", "keys diff", "failover", "verify", "version", "lab up", "lab down",
-		"lab env", "lab status", "lab switchover", "lab kill-primary", "lab revive", "run"} {
+		"lab env", "lab status", "lab switchover", "lab kill-primary", "lab revive", "run", "history", "fence init"} {
 		jsonDocSection(t, c)
 	}
 	if !strings.Contains(jsonDoc, fmt.Sprintf("`schema_version` is %d", schemaVersion)) {

@@ -182,9 +182,9 @@ while they hold the lease.`,
 		group *cobra.Group
 		cmds  []*cobra.Command
 	}{
-		{&cobra.Group{ID: "check", Title: "Check a deployment:"}, []*cobra.Command{newProbeCmd(app, nil), newWhoCmd(app, nil), newVerifyCmd(app, nil)}},
+		{&cobra.Group{ID: "check", Title: "Check a deployment:"}, []*cobra.Command{newProbeCmd(app, nil), newWhoCmd(app, nil), newHistoryCmd(app, nil), newVerifyCmd(app, nil)}},
 		{&cobra.Group{ID: "act", Title: "Run and move leases:"}, []*cobra.Command{newRunCmd(app, nil), newFailoverCmd(app, nil)}},
-		{&cobra.Group{ID: "config", Title: "Keys and tools:"}, []*cobra.Command{newKeysCmd(app), newLabCmd(app, nil), newVersionCmd(app)}},
+		{&cobra.Group{ID: "config", Title: "Keys and tools:"}, []*cobra.Command{newKeysCmd(app), newFenceCmd(app), newLabCmd(app, nil), newVersionCmd(app)}},
 	}
 	for _, g := range groups {
 		root.AddGroup(g.group)

@@ -42,7 +42,7 @@ func TestUsageErrorsAreOneLineAndAHint(t *testing.T) {
 		{[]string{"who", "-o", "github-actions"}, "leasectl who", `invalid -o/--output "github-actions": use text, wide or json`, ""},
 		{[]string{"completion", "bash", "-o", "json"}, "leasectl completion bash", "has only text output", ""},
 		{[]string{"version", "-o", "xml"}, "leasectl version", `invalid -o/--output "xml"`, ""},
-		{[]string{"verify", "-o", "wide"}, "leasectl verify", `invalid -o/--output "wide": use text or json (wide is for leasectl who only)`, ""},
+		{[]string{"verify", "-o", "wide"}, "leasectl verify", `invalid -o/--output "wide": use text or json (wide is for leasectl who and leasectl history only)`, ""},
 		// unknown flags
 		{[]string{"--bogus"}, "leasectl", "unknown flag: --bogus", ""},
 		{[]string{"who", "--bogus"}, "leasectl who", "unknown flag: --bogus", ""},
@@ -85,6 +85,23 @@ func TestUsageErrorsAreOneLineAndAHint(t *testing.T) {
 		{[]string{"who", "--watch=5"}, "leasectl who", `invalid argument "5" for "--watch": want a duration`, ""},
 		{[]string{"who", "--watch=1ms"}, "leasectl who", "invalid --watch 1ms", ""},
 		{[]string{"who", "--check", "--watch"}, "leasectl who", "--check and --watch do not combine", ""},
+		// history and fence init
+		{[]string{"history"}, "leasectl history", `"leasectl history" needs one ROLE of keys.yaml, or a KEY`, ""},
+		{[]string{"history", "poller", "scheduler"}, "leasectl history", `"leasectl history" needs one ROLE of keys.yaml, or a KEY`, ""},
+		{[]string{"history", "poller", "--limit", "-1"}, "leasectl history", "invalid --limit -1: give a number of terms, or 0 for all", ""},
+		{[]string{"history", "poller", "--limit", "all"}, "leasectl history", `invalid argument "all" for "--limit": want a whole number`, ""},
+		{[]string{"history", "poller", "--since", "yesterday"}, "leasectl history", `invalid argument "yesterday" for "--since": want a duration such as 24h or 90m, or an RFC 3339 time`, ""},
+		{[]string{"history", "poller", "--since", "2026-12-01"}, "leasectl history", `invalid argument "2026-12-01" for "--since": want a duration`, ""},
+		{[]string{"history", "poller", "--since", "-24h"}, "leasectl history", "the duration must be positive: the terms of the last 24h", ""},
+		{[]string{"history", "poller", "--since", "0s"}, "leasectl history", "the duration must be positive", ""},
+		{[]string{"history", "3,4"}, "leasectl history", "3,4 is the two-int4 form: a lease holds a bigint key", ""},
+		{[]string{"history", "-1"}, "leasectl history", "put it after --: leasectl history -- -1", ""},
+		{[]string{"history", "poller", "-o", "github-actions"}, "leasectl history", `invalid -o/--output "github-actions": use text, wide or json`, ""},
+		{[]string{"fence", "bogus"}, "leasectl fence", `unknown command "bogus" for "leasectl fence"`, ""},
+		{[]string{"fence", "init", "extra"}, "leasectl fence init", "takes no arguments", ""},
+		{[]string{"fence", "init", "--print-sql", "-o", "json"}, "leasectl fence init", "--print-sql prints SQL, which has no JSON form", ""},
+		{[]string{"fence", "init", "-o", "wide"}, "leasectl fence init", `invalid -o/--output "wide": use text or json`, ""},
+		{[]string{"fence", "init", "--bogus"}, "leasectl fence init", "unknown flag: --bogus", ""},
 	} {
 		args := append([]string{"--dsn", "postgres://nobody@127.0.0.1:1/none?connect_timeout=1", "--keys", keysFile}, tc.args...)
 		var ran []string
@@ -131,10 +148,10 @@ func TestEveryCommandChecksItsArguments(t *testing.T) {
 	walk(root)
 }
 
-// TestBareParentCommandsPrintHelp: leasectl, keys and lab alone print their
+// TestBareParentCommandsPrintHelp: leasectl, keys, lab and fence alone print their
 // help and exit 0, as gh and kubectl do.
 func TestBareParentCommandsPrintHelp(t *testing.T) {
-	for _, args := range [][]string{{}, {"keys"}, {"lab"}} {
+	for _, args := range [][]string{{}, {"keys"}, {"lab"}, {"fence"}} {
 		res := runCLI(t, nil, args...)
 		if res.Code != ExitOK || !strings.Contains(res.Stdout, "Usage:") || !strings.Contains(res.Stdout, "Use \"leasectl ") || res.Stderr != "" {
 			t.Errorf("leasectl %s: exit %d, want 0 and the help\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), res.Code, res.Stdout, res.Stderr)
