@@ -10,6 +10,7 @@ import (
 	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/lab"
 	"github.com/leasectl/leasectl/lease"
+	"github.com/leasectl/leasectl/supervisor"
 )
 
 // testLab is shared by the package's tests: a primary.
@@ -19,6 +20,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if supervisor.IsObituary() {
+		// TestObituary... started this binary as an obituary.
+		os.Exit(supervisor.ServeObituary())
+	}
 	var err error
 	if binDir, err = os.MkdirTemp("", "supervisor-test-bin-"); err != nil {
 		panic(err)

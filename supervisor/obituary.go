@@ -86,10 +86,13 @@ func StartObituary(path string, args []string, connString, role, format string) 
 		w.Close()
 		return nil, fmt.Errorf("start the obituary process: %w", err)
 	}
+	// Not the program's: a subreaper's tree is its every descendant.
+	markHelper(cmd.Process.Pid, true)
 	o := &Obituary{w: w, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		disown(cmd.Process.Pid)
+		markHelper(cmd.Process.Pid, false)
 		close(o.done)
 	}()
 	o.send(obituaryNote{DSN: connString, Role: role, Format: format})
@@ -106,6 +109,14 @@ func (o *Obituary) send(n obituaryNote) {
 	if o.w != nil {
 		_, _ = o.w.Write(append(b, '\n'))
 	}
+}
+
+// PID is the obituary process's pid, or 0.
+func (o *Obituary) PID() int {
+	if o == nil {
+		return 0
+	}
+	return o.cmd.Process.Pid
 }
 
 // begin tells the obituary that program pid (of tree id, started at start)

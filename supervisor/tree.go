@@ -106,6 +106,30 @@ func (t *programTree) memberPIDs() []int {
 var owned struct {
 	mu   sync.Mutex
 	pids map[int]bool
+	// helpers are the owned children that belong to no program's tree
+	// (the obituary), though a subreaper's every descendant otherwise does.
+	helpers map[int]bool
+}
+
+// isHelper reports whether pid is a helper process of this one.
+func isHelper(pid int) bool {
+	owned.mu.Lock()
+	defer owned.mu.Unlock()
+	return owned.helpers[pid]
+}
+
+// markHelper records pid as a helper (true) or forgets it (false).
+func markHelper(pid int, on bool) {
+	owned.mu.Lock()
+	defer owned.mu.Unlock()
+	if owned.helpers == nil {
+		owned.helpers = map[int]bool{}
+	}
+	if on {
+		owned.helpers[pid] = true
+	} else {
+		delete(owned.helpers, pid)
+	}
 }
 
 // startOwned runs start (an exec.Cmd's Start) with owned locked and adds

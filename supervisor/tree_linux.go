@@ -96,7 +96,13 @@ func hasEnv(pid int, kv []byte) bool {
 // the system is looked at.
 func (t *programTree) members() []proc {
 	if t.descendants {
-		if out, ok := liveDescendants(os.Getpid()); ok {
+		if all, ok := liveDescendants(os.Getpid()); ok {
+			out := all[:0]
+			for _, p := range all {
+				if !isHelper(p.pid) {
+					out = append(out, p)
+				}
+			}
 			return out
 		}
 	}
@@ -109,6 +115,9 @@ func (t *programTree) members() []proc {
 			continue
 		}
 		// Only processes started with or after the program can carry its id.
+		if isHelper(pid) {
+			continue
+		}
 		if p.pgrp == t.pid || (t.descendants && descends(procs, pid, self)) || (p.start >= t.start && hasEnv(pid, kv)) {
 			out = append(out, p)
 		}

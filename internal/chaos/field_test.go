@@ -203,6 +203,11 @@ func daemons(t *testing.T, f *fleet, res *result, n int) {
 		lead = h.await(t, from, hang, fmt.Sprintf("a takeover after termination %d", i+1), isStart)
 		res.takeovers = append(res.takeovers, lead.At.Sub(t0))
 		f.settled(f.of(lead))
+		// The witness reports its start before a double fork's daemon is
+		// necessarily there: wait for it.
+		for deadline := time.Now().Add(10 * time.Second); len(liveDaemons(h.witness)) == 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
 		switch d := liveDaemons(h.witness); {
 		case len(d) > 1:
 			t.Errorf("after takeover %d, %d daemons of witness programs are alive (%v): an old leader's daemon outlived its lease", i+1, len(d), d)

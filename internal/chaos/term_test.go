@@ -224,7 +224,11 @@ func frozenStandby(t *testing.T, f *fleet, res *result, rounds int) {
 		costs = append(costs, lead.At.Sub(killed))
 		res.takeovers = append(res.takeovers, lead.At.Sub(killed))
 		thaw(frozen)
-		f.settled(f.of(lead))
+		leader := f.of(lead)
+		f.settled(leader)
+		// The next round's frozen stand-by must be first in the queue:
+		// only the leader stays.
+		f.stopWhere(func(r *replica) bool { return r != leader })
 	}
 	res.notes = append(res.notes, fmt.Sprintf("from the leader's SIGKILL to the next program, with the first stand-by frozen holding the key: %s (the stand-bys end a holder that is idle without a term for longer than heartbeat interval + timeout + stop time)", spread(costs)))
 }
