@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/spf13/cobra"
 )
@@ -56,6 +57,16 @@ then says so. Then failover waits up to --wait for another session to hold
 the key and reports it with the measured takeover time; none in time is
 exit 1.
 
+Where the database has the term record (schema leasectl, which leasectl run
+creates), holding the key is not yet leading: the new holder begins a term,
+and starts its program, only once the previous leader's program has
+stopped and its term has ended (or passed its deadline). failover then
+reports success only once a new term has begun, held by the new holder,
+with how long after the request it began. Meanwhile it says on stderr, a
+line each time it changes, what the new holder waits for; no new term
+within --wait is exit 1, saying what it still waited for. Without the
+record the takeover is the end, as before.
+
 Ending another role's backend needs membership in that role or in
 pg_signal_backend; a superuser's backend only a superuser can end (exit 3,
 with the grant). On a standby failover refuses (exit 2): its locks fence
@@ -92,7 +103,7 @@ their next heartbeat.`,
 	f.Var(&opts.keyFlag, "key", "the advisory key to fail over instead of a ROLE: an integer in decimal or 0x hex, or k1,k2 for the two-int4 form")
 	f.BoolVar(&opts.Yes, "yes", false, "fail over without asking for confirmation")
 	f.BoolVar(&opts.Force, "force", false, "terminate the holder's backend at once instead of asking the leader to step down")
-	f.DurationVar(&opts.Wait, "wait", 15*time.Second, "how long to wait for a stand-by to take over")
+	f.DurationVar(&opts.Wait, "wait", 15*time.Second, "how long to wait for a stand-by to take over (and, with the term record, to begin its term)")
 	return c
 }
 
@@ -177,20 +188,61 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 		}
 	}
 
+	// With the term record, the failover is over once a term after the
+	// one current now has begun: the new leader's program starts then.
+	bctx, cancel := context.WithTimeout(ctx, app.Global.Timeout)
+	before, err := term.ReadBefore(bctx, conn, key)
+	cancel()
+	if err != nil {
+		return err
+	}
 	res, err := target.Failover(ctx, conn, locks.FailoverOptions{TerminateTimeout: app.Global.Timeout, Wait: opts.Wait, Force: opts.Force})
 	if res == nil {
 		return err // nothing was terminated
 	}
+	var began *term.Began
+	if err == nil && before != nil && res.Takeover != nil {
+		var progress func(term.Wait)
+		if !app.JSON() {
+			progress = func(w term.Wait) {
+				fmt.Fprintf(app.IO.ErrOut, "… %s %s: %s\n", time.Now().Format(time.TimeOnly), target.Locks.Name(), termSafe(w.String()))
+			}
+		}
+		b, werr := before.Await(ctx, conn, term.AwaitOptions{Holder: res.Takeover.Holder, Since: res.Origin(), From: res.WaitedFrom(), Within: opts.Wait,
+			ReadTimeout: app.Global.Timeout, OnWait: progress})
+		switch {
+		case errors.Is(werr, term.ErrNoTerm):
+			err = fmt.Errorf("%s: %w; it begins one once that is over, and `leasectl who %s` shows when", target.Locks.Name(), werr, whoArg(target.Locks))
+		case werr != nil:
+			err = fmt.Errorf("%s: %w", target.Locks.Name(), werr)
+		default:
+			began = &b
+		}
+	}
 	if app.JSON() {
-		if werr := writeJSON(app.IO.Out, failoverCmdJSON{docHeader: header(err == nil), Server: target.Server, ViaProxy: target.ViaProxy, failoverJSON: failoverJSONOf(res)}); werr != nil {
+		doc := failoverCmdJSON{docHeader: header(err == nil), Server: target.Server, ViaProxy: target.ViaProxy, failoverJSON: failoverJSONOf(res)}
+		doc.addTerm(began, err)
+		if werr := writeJSON(app.IO.Out, doc); werr != nil {
 			return werr
 		}
 		return err
 	}
-	if werr := renderFailover(app.IO.Out, st, color, res, err, opts.Wait, app.Global.Timeout, app.Width()); werr != nil {
+	if werr := renderFailover(app.IO.Out, st, color, res, began, err, opts.Wait, app.Global.Timeout, app.Width()); werr != nil {
 		return werr
 	}
 	return err
+}
+
+// whoArg names the lease as `leasectl who` takes it: its role, else its
+// key (after "--" when negative).
+func whoArg(l locks.RoleLocks) string {
+	switch {
+	case l.Role != "":
+		return l.Role
+	case strings.HasPrefix(l.Key.String(), "-"):
+		return "-- " + l.Key.String()
+	}
+	return l.Key.String()
 }
 
 // confirmCommand is the command line that would do it without asking.
@@ -243,7 +295,7 @@ func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr stri
 	for _, s := range l.Waiters {
 		rows = append(rows, sessionRow(role, l.Key.String(), "waiting", s, t.Now))
 	}
-	if err := writeSessionTable(w, st, color, rows, lay); err != nil {
+	if err := writeSessionTable(w, st, color, plainSessions, rows, lay); err != nil {
 		return err
 	}
 	if t.ViaProxy {
@@ -254,10 +306,10 @@ func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr stri
 	return nil
 }
 
-// renderFailover reports the request to step down or the termination, and
-// the takeover; waitErr is why there was none. Lines are fitted to width
-// (0: none).
-func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, waitErr error, wait, timeout time.Duration, width int) error {
+// renderFailover reports the request to step down or the termination, the
+// takeover and, with the term record, the new leader's term (began);
+// waitErr is why there was none. Lines are fitted to width (0: none).
+func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, began *term.Began, waitErr error, wait, timeout time.Duration, width int) error {
 	paint := painter(color)
 	// line writes one message after its mark, escaped (it names sessions
 	// and errors from the server) and wrapped under itself.
@@ -297,6 +349,15 @@ func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, wai
 		if tk.BeforeSignal {
 			line(&b, paint(st.Warn, "!"), "pid %d held %s before the signal: pid %d had released it already, in the moment between the holder check and the signal, and was terminated anyway", h.PID, name, t.Holder.PID)
 		}
+		var noTerm *term.NoTermError
+		switch {
+		case began != nil:
+			line(&b, paint(st.OK, "✓"), "pid %d began term %d of %s within %s %s (server clock): its work runs from then on", began.Holder.PID, began.Term.Epoch, name, fmtMillis(began.After), since)
+		case errors.As(waitErr, &noTerm):
+			line(&b, paint(st.Fail, "✗"), "pid %d took over %s but began no term within %s: %s", h.PID, name, wait, noTerm.Last.Explain())
+		case waitErr != nil:
+			line(&b, paint(st.Fail, "✗"), "could not watch for the new term of %s: %v", name, waitErr)
+		}
 	} else if !errors.Is(waitErr, locks.ErrNoTakeover) {
 		line(&b, paint(st.Fail, "✗"), "could not watch for a stand-by taking over %s: %v", name, waitErr)
 	} else {
@@ -309,7 +370,7 @@ func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, wai
 		}
 		line(&b, paint(st.Fail, "✗"), "no stand-by took over %s within %s: %s", name, wait, state)
 	}
-	if res.Termination != nil {
+	if res.Termination != nil && began == nil {
 		fmt.Fprintf(&b, "\n%s\n", wrapIndented(0, "The old holder's program may still be stopping: a leasectl run or lease package stand-by waits for it (the stop fence); other workers notice at their next heartbeat.", width))
 		if t.ViaProxy {
 			fmt.Fprintf(&b, "%s\n", wrapIndented(0, fmt.Sprintf("Through the pooler, what was terminated is the pooler's server connection pid %d, not the worker's client connection.", res.Termination.PID), width))
@@ -328,4 +389,33 @@ type failoverCmdJSON struct {
 	Server   dbconn.ServerInfo `json:"server"`
 	ViaProxy bool              `json:"via_proxy"`
 	failoverJSON
+	// Term is the new leader's term, with the term record; null without
+	// it, and when none began.
+	Term             *failoverTermJSON `json:"term"`
+	TermBeganAfterMS *float64          `json:"term_began_after_ms"`
+	// NoTermReason says what the new holder still waited for when no term
+	// began within --wait; null otherwise.
+	NoTermReason *string `json:"no_term_reason"`
+}
+
+// failoverTermJSON is the term that the new leader began.
+type failoverTermJSON struct {
+	Epoch     int64     `json:"epoch"`
+	TermID    string    `json:"term_id"`
+	Began     time.Time `json:"began"`
+	HolderPID int64     `json:"holder_pid"`
+}
+
+// addTerm fills in the new leader's term, or why none began.
+func (j *failoverCmdJSON) addTerm(began *term.Began, err error) {
+	var noTerm *term.NoTermError
+	switch {
+	case began != nil:
+		t := began.Term
+		j.Term = &failoverTermJSON{Epoch: t.Epoch, TermID: t.ID, Began: t.Began, HolderPID: int64(t.Holder.BackendPID)}
+		j.TermBeganAfterMS = msPtr(began.After)
+	case errors.As(err, &noTerm):
+		why := noTerm.Last.Explain()
+		j.NoTermReason = &why
+	}
 }

@@ -31,18 +31,31 @@ func sessionLayoutOf(app *App) sessionLayout {
 	return sessionLayout{Width: w, Wide: w == 0 || app.Global.Output == outputWide}
 }
 
-// writeSessionTable prints rows of sessionColumns (sessionRow's) as lay says.
-func writeSessionTable(w io.Writer, st styles, color bool, rows [][]string, lay sessionLayout) error {
+// sessionTable names the columns of a session table: every one (-o wide,
+// and output that is not a terminal), and those a terminal shows. ROLE and
+// KEY come first.
+type sessionTable struct{ wide, narrow []string }
+
+// The session tables: who's and failover's, and who's where the database
+// has the term record (termColumns).
+var (
+	plainSessions = sessionTable{sessionColumns, sessionNarrowColumns}
+	termSessions  = sessionTable{termColumns, termNarrowColumns}
+)
+
+// writeSessionTable prints rows of cols.wide (sessionRow's, with
+// withTermCells for termSessions) as lay says.
+func writeSessionTable(w io.Writer, st styles, color bool, cols sessionTable, rows [][]string, lay sessionLayout) error {
 	opt := tableOptions{Width: lay.Width}
 	if color {
-		opt.Paint = map[string]func(string) string{"STATE": statePainter(st)}
+		opt.Paint = map[string]func(string) string{"STATE": statePainter(st), "TERM": termPainter(st)}
 	}
 	if lay.Wide {
-		return writeTable(w, sessionColumns, rows, opt)
+		return writeTable(w, cols.wide, rows, opt)
 	}
-	keep := make([]int, len(sessionNarrowColumns))
-	for i, name := range sessionNarrowColumns {
-		keep[i] = slices.Index(sessionColumns, name)
+	keep := make([]int, len(cols.narrow))
+	for i, name := range cols.narrow {
+		keep[i] = slices.Index(cols.wide, name)
 	}
 	narrow := make([][]string, len(rows))
 	for i, r := range rows {
@@ -56,7 +69,24 @@ func writeSessionTable(w io.Writer, st styles, color bool, rows [][]string, lay 
 		narrow[i] = cells
 	}
 	opt.Shrink = "APPLICATION"
-	return writeTable(w, sessionNarrowColumns, narrow, opt)
+	return writeTable(w, cols.narrow, narrow, opt)
+}
+
+// termPainter styles the marks of a TERM cell ("e42 STALE", "WAITING",
+// "e41 open"), leaving the epoch plain.
+func termPainter(st styles) func(string) string {
+	marks := []struct {
+		word  string
+		style lipgloss.Style
+	}{{"STALE", st.Fail}, {"WAITING", st.Warn}, {"open", st.Warn}}
+	return func(cell string) string {
+		for _, m := range marks {
+			if i := strings.Index(cell, m.word); i >= 0 {
+				return cell[:i] + m.style.Render(m.word) + cell[i+len(m.word):]
+			}
+		}
+		return cell
+	}
 }
 
 // statePainter styles the state at the start of a STATE cell ("HELD", "HELD
@@ -130,3 +160,23 @@ var (
 	sessionColumns       = []string{"ROLE", "KEY", "STATE", "PID", "USER", "APPLICATION", "CLIENT", "CONNECTED", "LAST ACTIVITY"}
 	sessionNarrowColumns = []string{"ROLE", "STATE", "PID", "APPLICATION", "LAST ACTIVITY"}
 )
+
+// termColumns are who's columns with -o wide where the database has the
+// term record: TERM (the holder's term, "e42") after STATE, and BEGAN and
+// RENEWED (how long ago its term began and was last renewed) before LAST
+// ACTIVITY; termNarrowColumns those on a terminal, with TERM only.
+var (
+	termColumns       = []string{"ROLE", "KEY", "STATE", "TERM", "PID", "USER", "APPLICATION", "CLIENT", "CONNECTED", "BEGAN", "RENEWED", "LAST ACTIVITY"}
+	termNarrowColumns = []string{"ROLE", "STATE", "TERM", "PID", "APPLICATION", "LAST ACTIVITY"}
+)
+
+// withTermCells makes a row of sessionColumns (sessionRow's) one of
+// termColumns.
+func withTermCells(r []string, term, began, renewed string) []string {
+	out := make([]string, 0, len(termColumns))
+	out = append(out, r[:3]...)
+	out = append(out, term)
+	out = append(out, r[3:8]...)
+	out = append(out, began, renewed, r[8])
+	return out
+}

@@ -185,6 +185,7 @@ func mentions(doc, field string) bool { return strings.Contains(doc, "`"+field+"
 // TestJSONConvention runs the commands with -o json that no other test
 // runs that way, against the lab, and checks every document.
 func TestJSONConvention(t *testing.T) {
+	withoutTermRecord(t) // plain holders, judged by their locks alone
 	keysPath := whoKeys(t)
 	holder := pgtest.Conn(t, needLab(t).DirectDSN(), "json-convention")
 	hold(t, holder, pollerKey)
@@ -241,6 +242,7 @@ func TestJSONLabRevive(t *testing.T) {
 // bytes encoding/json writes for the whole document, for a reading with
 // holders, a waiter, a shared lock, a pair key and odd application names.
 func TestWhoJSONStream(t *testing.T) {
+	withoutTermRecord(t) // plain holders, judged by their locks alone
 	ctx := t.Context()
 	a := pgtest.Conn(t, needLab(t).DirectDSN(), `json<"odd">&\name`)
 	b := pgtest.Conn(t, needLab(t).DirectDSN(), "")

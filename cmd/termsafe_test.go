@@ -197,6 +197,7 @@ func TestWidthFromTerminalOrColumns(t *testing.T) {
 // errors that quote them on stderr. Nothing raw reaches the terminal, and
 // the names are shown escaped.
 func TestNamesCannotControlTheTerminal(t *testing.T) {
+	withoutTermRecord(t) // plain holders and stand-bys, as before the term record
 	pgtest.Database(t, needLab(t), evilDB)
 	dsn := evilLogin(t, "postgres")
 	keysPath := writeFile(t, "keys.yaml", fmt.Sprintf("roles:\n  poller: %d\n", evilPollerKey))
@@ -336,6 +337,7 @@ func tableHeader(t *testing.T, out string) []string {
 // wrapping under their check; -o wide has every column; piped output (no
 // width) has every column and is never wrapped.
 func TestOutputFitsTheWidth(t *testing.T) {
+	withoutTermRecord(t) // plain holders and stand-bys, as before the term record
 	keysPath := writeFile(t, "keys.yaml", fmt.Sprintf("roles:\n  poller: %d\n  scheduler: %d\n  reconciler: 1840900013\n", widthPollerKey, widthSchedulerKey))
 	leaderConn := pgtest.Conn(t, needLab(t).DirectDSN(), "poller-7f9c")
 	hold(t, leaderConn, widthPollerKey)

@@ -15,6 +15,7 @@ import (
 	"github.com/charmbracelet/lipgloss"
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/spf13/cobra"
@@ -59,15 +60,27 @@ is a prepared transaction (ROLLBACK PREPARED releases it).
 Without pg_read_all_stats the server hides other roles' client, session
 start and state: they show as "hidden", with the GRANT that reveals them.
 
+Where the database has the term record (schema leasectl, which leasectl run
+creates), who also reads each role's current term, with one more query:
+TERM shows the holder's term epoch (e42); "e42 STALE" a term its holder has
+not renewed for longer than a live holder ever lets it (frozen or hung);
+WAITING a holder that has not begun a term, with what it waits for (the
+previous term's end, at most until its deadline) in a note below the table.
+-o wide adds BEGAN and RENEWED: how long ago the term began and was last
+renewed. Without the record (or without the privilege to use it) none of
+this is shown.
+
 --check exits 1 when a requested role has no single live leader (no holder,
-a stale one, a shared hold or a prepared transaction), for alerts and
-deploy gates. --watch (-w) redraws every 2s until Ctrl-C; give
-another interval after "=": --watch=5s.
+a stale one, a shared hold or a prepared transaction; with the term record
+also a holder whose term is stale, or that has not begun one), for alerts
+and deploy gates. --watch (-w) redraws every 2s until Ctrl-C; give another
+interval after "=": --watch=5s.
 
 On a terminal the table has the columns ROLE, STATE, PID, APPLICATION and
-LAST ACTIVITY, fitted to its width ($COLUMNS when set); -o wide adds KEY,
-USER, CLIENT and CONNECTED. When stdout is not a terminal every column is
-shown and no line is wrapped. Names from the server are shown with control
+LAST ACTIVITY (and TERM, with the term record), fitted to its width
+($COLUMNS when set); -o wide adds KEY, USER, CLIENT and CONNECTED (and
+BEGAN and RENEWED). When stdout is not a terminal every column is shown and
+no line is wrapped. Names from the server are shown with control
 characters escaped (\x1b, \r, \u202e).`,
 		Example: `  leasectl who                       # every role of keys.yaml
   leasectl who poller --check        # exit 1 when poller has no live leader
@@ -107,7 +120,7 @@ characters escaped (\x1b, \r, \u202e).`,
 	f := c.Flags()
 	f.BoolVar(&opts.All, "all", false, "also show advisory locks whose keys are in no role of keys.yaml")
 	f.DurationVar(&opts.Stale, "stale", 45*time.Second, "flag a holder idle for longer than this as STALE (three missed 15s heartbeats)")
-	f.BoolVar(&opts.Check, "check", false, "exit 1 when a requested role has no single live leader (no holder, a stale one, a shared hold or a prepared transaction)")
+	f.BoolVar(&opts.Check, "check", false, "exit 1 when a requested role has no single live leader (no holder, a stale one, a shared hold or a prepared transaction; with the term record, a holder whose term is stale or not begun)")
 	f.DurationVarP(&opts.Watch, "watch", "w", 0, "redraw until Ctrl-C, every 2s or every `INTERVAL` given after \"=\" (--watch=5s, -w=5s)")
 	f.Lookup("watch").NoOptDefVal = defaultWatchInterval.String()
 	setOutputs(c, formatText, outputWide, formatJSON)
@@ -242,6 +255,9 @@ type whoView struct {
 	leases     []locks.RoleLocks
 	all        bool
 	staleAfter time.Duration
+	// terms are the leases' current terms; nil when the database has no
+	// term record that this role may use.
+	terms *term.Record
 }
 
 func readWho(ctx context.Context, opts *whoOptions, conn *pgx.Conn, sel whoSelection) (*whoView, error) {
@@ -255,20 +271,39 @@ func readWho(ctx context.Context, opts *whoOptions, conn *pgx.Conn, sel whoSelec
 	if err != nil {
 		return nil, err
 	}
+	leases := snap.ByRole(sel.roles.NamesByKey(), sel.want, opts.All)
+	ids := make([]int64, 0, len(leases))
+	for _, l := range leases {
+		if l.Key.Form == locks.Bigint {
+			ids = append(ids, l.Key.ID)
+		}
+	}
+	terms, err := term.ReadRecord(ctx, conn, ids)
+	if err != nil {
+		return nil, err
+	}
 	cfg := conn.Config()
 	return &whoView{server: server, addr: dbconn.Addr(&cfg.Config), now: snap.Now,
-		leases: snap.ByRole(sel.roles.NamesByKey(), sel.want, opts.All), all: opts.All, staleAfter: opts.Stale}, nil
+		leases: leases, all: opts.All, staleAfter: opts.Stale, terms: terms}, nil
 }
 
 // checkError is the --check verdict: every requested lease needs exactly
-// one live leader ([locks.RoleLocks.Health], as verify's one_leader).
+// one live leader ([locks.RoleLocks.Health], as verify's one_leader) and,
+// with the term record, one that leads a term it renews
+// ([term.Record.Health]).
 func (v *whoView) checkError() error {
 	var bad []string
 	for _, l := range v.leases {
 		if !l.Requested {
 			continue
 		}
-		switch l.Health(v.now, v.staleAfter) {
+		verdict := v.terms.Health(l, v.now, v.staleAfter)
+		if verdict.OK() {
+			continue
+		}
+		switch verdict.Locks {
+		case locks.Healthy:
+			bad = append(bad, verdict.Problem(l.Name()))
 		case locks.NoHolder:
 			bad = append(bad, l.Name()+" has no holder")
 		case locks.StaleHolder:
@@ -401,16 +436,37 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView, lay sessionLa
 	}
 	var rows [][]string
 	var anyStale, anyHidden, anyPrepared bool
+	var termNotes []string
+	cols := plainSessions
+	if v.terms != nil {
+		cols = termSessions
+	}
+	// add appends a row, with the term's cells where the table has them.
+	add := func(r []string, termCells ...string) {
+		if v.terms != nil {
+			if termCells == nil {
+				termCells = []string{"-", "-", "-"}
+			}
+			r = withTermCells(r, termCells[0], termCells[1], termCells[2])
+		}
+		rows = append(rows, r)
+	}
 	for _, l := range v.leases {
 		role := l.Role
 		if role == "" {
 			role = "-"
 		}
 		key := l.Key.String()
-		if !l.Held() {
-			rows = append(rows, []string{role, key, string(locks.Free) + waitingSuffix(l), "-", "-", "-", "-", "-", "-"})
+		place, placed := v.terms.Place(l)
+		if placed {
+			if note := place.Note(l.Name()); note != "" {
+				termNotes = append(termNotes, note)
+			}
 		}
-		for _, h := range l.Holders {
+		if !l.Held() {
+			add([]string{role, key, string(locks.Free) + waitingSuffix(l), "-", "-", "-", "-", "-", "-"}, termCells(place, placed)...)
+		}
+		for i, h := range l.Holders {
 			state := string(locks.Held)
 			if h.Stale(v.now, v.staleAfter) {
 				state, anyStale = string(locks.Held)+" STALE", true
@@ -418,17 +474,21 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView, lay sessionLa
 			if h.Shared {
 				state += " (shared)"
 			}
-			rows = append(rows, sessionRow(role, key, state+waitingSuffix(l), h, v.now))
+			var cells []string
+			if i == 0 {
+				cells = termCells(place, placed)
+			}
+			add(sessionRow(role, key, state+waitingSuffix(l), h, v.now), cells...)
 		}
 		for _, s := range l.Waiters {
-			rows = append(rows, sessionRow(role, key, "waiting", s, v.now))
+			add(sessionRow(role, key, "waiting", s, v.now))
 		}
 		for _, s := range slices.Concat(l.Holders, l.Waiters) {
 			anyHidden = anyHidden || s.Hidden
 			anyPrepared = anyPrepared || s.Prepared != nil
 		}
 	}
-	if err := writeSessionTable(w, st, color, rows, lay); err != nil {
+	if err := writeSessionTable(w, st, color, cols, rows, lay); err != nil {
 		return err
 	}
 	var foot strings.Builder
@@ -439,6 +499,9 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView, lay sessionLa
 	if anyStale {
 		note(st.Fail, "STALE:", fmt.Sprintf("idle for longer than --stale %s: a hung leader, or a lock stranded on a pooled server connection whose client is gone", v.staleAfter))
 	}
+	for _, n := range termNotes {
+		note(st.Warn, "term:", n)
+	}
 	if anyPrepared {
 		note(st.Warn, "prepared:", "held by a prepared transaction (no pid, no client): it lasts until COMMIT PREPARED or ROLLBACK PREPARED 'gid'")
 	}
@@ -448,6 +511,29 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView, lay sessionLa
 	}
 	_, err := io.WriteString(w, foot.String())
 	return err
+}
+
+// termCells are a lease's TERM, BEGAN and RENEWED cells from its place in
+// the record: the holder's own term ("e42", "e42 STALE"), WAITING for a
+// holder that has not begun one, and for a free key whose term has not
+// ended that term ("e41 open"); "-" where nothing applies.
+func termCells(p term.Place, placed bool) []string {
+	cells := []string{"-", "-", "-"}
+	switch {
+	case !placed:
+	case p.Standing == term.StandingWaiting:
+		cells[0] = "WAITING"
+	case p.Owns() || p.Open():
+		cells[0] = "e" + strconv.FormatInt(p.Term.Epoch, 10)
+		switch {
+		case p.Standing == term.StandingStale:
+			cells[0] += " STALE"
+		case p.Open():
+			cells[0] += " open"
+		}
+		cells[1], cells[2] = fmtAge(p.Now.Sub(p.Term.Began)), fmtAge(p.Now.Sub(p.Term.Renewed))
+	}
+	return cells
 }
 
 // ---- JSON ----
@@ -466,16 +552,17 @@ type whoJSON struct {
 }
 
 type leaseJSON struct {
-	Role        *string       `json:"role"`
-	Key         string        `json:"key"`
-	KeyForm     string        `json:"key_form"`
-	Requested   bool          `json:"requested"`
-	State       string        `json:"state"`
-	Stale       bool          `json:"stale"`
-	Health      string        `json:"health"`
-	WaiterCount int           `json:"waiter_count"`
-	Holders     []sessionJSON `json:"holders"`
-	Waiters     []sessionJSON `json:"waiters"`
+	Role        *string        `json:"role"`
+	Key         string         `json:"key"`
+	KeyForm     string         `json:"key_form"`
+	Requested   bool           `json:"requested"`
+	State       string         `json:"state"`
+	Stale       bool           `json:"stale"`
+	Health      string         `json:"health"`
+	Term        *leaseTermJSON `json:"term"`
+	WaiterCount int            `json:"waiter_count"`
+	Holders     []sessionJSON  `json:"holders"`
+	Waiters     []sessionJSON  `json:"waiters"`
 }
 
 // whoJSONOf is the whole document of one reading.
@@ -529,7 +616,11 @@ func leaseJSONOf(v *whoView, i int) leaseJSON {
 	if l.Key.Form == locks.Pair {
 		lj.KeyForm = "pair"
 	}
-	lj.Health = l.Health(v.now, v.staleAfter).String()
+	h := v.terms.Health(*l, v.now, v.staleAfter)
+	lj.Health = h.String()
+	if p, ok := v.terms.Place(*l); ok {
+		lj.Term = leaseTermJSONOf(p)
+	}
 	for _, s := range l.Holders {
 		lj.Holders = append(lj.Holders, sessionJSONOf(s, v.now, v.staleAfter))
 	}
@@ -557,6 +648,8 @@ func (l *leaseJSON) appendJSON(a *jsonAppender) {
 	a.bool(l.Stale)
 	a.key("health")
 	a.str(l.Health)
+	a.key("term")
+	l.Term.appendJSON(a)
 	a.key("waiter_count")
 	a.int(int64(l.WaiterCount))
 	for _, f := range []struct {
@@ -575,5 +668,81 @@ func (l *leaseJSON) appendJSON(a *jsonAppender) {
 		}
 		a.close(']')
 	}
+	a.close('}')
+}
+
+// leaseTermJSON is what the term record says of a lease: where its holder
+// stands, and the key's current term (null fields when it never had one).
+type leaseTermJSON struct {
+	Standing       string     `json:"standing"`
+	Epoch          *int64     `json:"epoch"`
+	TermID         *string    `json:"term_id"`
+	HolderPID      *int64     `json:"holder_pid"`
+	HolderHost     *string    `json:"holder_host"`
+	HolderOSPID    *int64     `json:"holder_os_pid"`
+	Began          *time.Time `json:"began"`
+	Renewed        *time.Time `json:"renewed"`
+	SinceRenewalMS *float64   `json:"since_renewal_ms"`
+	Deadline       *time.Time `json:"deadline"`
+	Ended          *time.Time `json:"ended"`
+	EndReason      *string    `json:"end_reason"`
+}
+
+func leaseTermJSONOf(p term.Place) *leaseTermJSON {
+	j := &leaseTermJSON{Standing: string(p.Standing)}
+	if !p.HasTerm {
+		return j
+	}
+	t := p.Term
+	pid, ospid := int64(t.Holder.BackendPID), int64(t.Holder.OSPID)
+	j.Epoch, j.TermID, j.HolderPID, j.HolderHost, j.HolderOSPID = &t.Epoch, &t.ID, &pid, &t.Holder.Host, &ospid
+	j.Began, j.Renewed = &t.Began, &t.Renewed
+	if t.Live() {
+		deadline := t.Deadline()
+		j.Deadline, j.SinceRenewalMS = &deadline, msPtr(max(p.Now.Sub(t.Renewed), 0))
+	} else {
+		j.Ended, j.EndReason = &t.Ended, &t.EndReason
+	}
+	return j
+}
+
+// appendJSON writes j (or null) as encoding/json does.
+func (j *leaseTermJSON) appendJSON(a *jsonAppender) {
+	if j == nil {
+		a.null()
+		return
+	}
+	int64Ptr := func(v *int64) {
+		if v == nil {
+			a.null()
+			return
+		}
+		a.int(*v)
+	}
+	a.open('{')
+	a.key("standing")
+	a.str(j.Standing)
+	a.key("epoch")
+	int64Ptr(j.Epoch)
+	a.key("term_id")
+	a.strPtr(j.TermID)
+	a.key("holder_pid")
+	int64Ptr(j.HolderPID)
+	a.key("holder_host")
+	a.strPtr(j.HolderHost)
+	a.key("holder_os_pid")
+	int64Ptr(j.HolderOSPID)
+	a.key("began")
+	a.timePtr(j.Began)
+	a.key("renewed")
+	a.timePtr(j.Renewed)
+	a.key("since_renewal_ms")
+	a.floatPtr(j.SinceRenewalMS)
+	a.key("deadline")
+	a.timePtr(j.Deadline)
+	a.key("ended")
+	a.timePtr(j.Ended)
+	a.key("end_reason")
+	a.strPtr(j.EndReason)
 	a.close('}')
 }

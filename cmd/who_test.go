@@ -221,6 +221,7 @@ func TestWhoShowsPreparedTransactionWithoutPID(t *testing.T) {
 // happens: a client takes it through a transaction pooler and leaves; the
 // pooled server connection keeps it and idles.
 func TestWhoFlagsAStrandedLockAsStale(t *testing.T) {
+	withoutTermRecord(t) // plain holders, judged by their locks alone
 	keysPath := whoKeys(t)
 	pgtest.Strand(t, needLab(t), "tx1", schedulerKey)
 	if res := who(t, keysPath, "scheduler", "--check"); res.Code != 0 {
@@ -245,6 +246,7 @@ func TestWhoFlagsAStrandedLockAsStale(t *testing.T) {
 }
 
 func TestWhoCheckFailsWithoutHolder(t *testing.T) {
+	withoutTermRecord(t) // plain holders, judged by their locks alone
 	keysPath := whoKeys(t)
 	conn := pgtest.Conn(t, needLab(t).DirectDSN(), "leader")
 	hold(t, conn, pollerKey)
@@ -330,12 +332,13 @@ func TestWhoStandbyWarning(t *testing.T) {
 var (
 	whoJSONFields     = []string{"schema_version", "ok", "server", "now", "stale_after_ms", "leases", "hidden", "reveal_grant"}
 	serverJSONFields  = []string{"version", "version_num", "addr", "port", "in_recovery", "database", "user", "backend_pid", "system_identifier", "postmaster_start_time"}
-	leaseJSONFields   = []string{"role", "key", "key_form", "requested", "state", "stale", "health", "waiter_count", "holders", "waiters"}
+	leaseJSONFields   = []string{"role", "key", "key_form", "requested", "state", "stale", "health", "term", "waiter_count", "holders", "waiters"}
 	sessionJSONFields = []string{"pid", "prepared_xact", "mode", "user", "application_name", "client_addr", "client_port",
 		"backend_start", "state", "state_change", "idle_ms", "wait_start", "wait_ms", "stale", "hidden", "gone"}
 )
 
 func TestWhoJSONSchema(t *testing.T) {
+	withoutTermRecord(t) // plain holders, judged by their locks alone
 	conn := pgtest.Conn(t, needLab(t).DirectDSN(), "json-holder")
 	hold(t, conn, pollerKey)
 	pgtest.Exec(t, conn, "SELECT pg_advisory_lock(3, 4)")
@@ -526,6 +529,7 @@ func watch(t *testing.T, tty bool, frames int, args ...string) (string, int) {
 }
 
 func TestWhoWatch(t *testing.T) {
+	withoutTermRecord(t) // plain holders, judged by their locks alone
 	conn := pgtest.Conn(t, needLab(t).DirectDSN(), "watched")
 	hold(t, conn, pollerKey)
 	pid := pidOf(t, conn)

@@ -44,6 +44,7 @@ func openPTY(t *testing.T, cols uint16) (master, slave *os.File) {
 // one 60 columns wide who shows its narrow columns, styled, within it, and
 // $COLUMNS overrides the terminal's width.
 func TestWhoOnAPseudoTerminal(t *testing.T) {
+	withoutTermRecord(t) // plain holders, as before the term record
 	keysPath := writeFile(t, "keys.yaml", "roles:\n  poller: 1840900021\n  scheduler: 1840900022\n")
 	hold(t, pgtest.Conn(t, needLab(t).DirectDSN(), "poller-7f9c"), 1840900021)
 	for _, tc := range []struct {

@@ -166,6 +166,33 @@ type Failover struct {
 	Takeover *Takeover
 }
 
+// WaitedFrom is when the wait for a new holder began, on the client's
+// clock: when the key was seen released after the leader stepped down
+// (PathGraceful), or when the termination returned (PathTerminate). The
+// wait lasts FailoverOptions.Wait from then.
+func (f *Failover) WaitedFrom() time.Time {
+	if f.Termination != nil {
+		return f.Termination.Returned()
+	}
+	if rs := f.Resign; rs != nil && rs.Released {
+		return rs.Sent.Add(rs.ReleaseTook)
+	}
+	return time.Time{}
+}
+
+// Origin is the server's clock at the start of the statement that asked
+// the leader to step down (PathGraceful) or that terminated it
+// (PathTerminate): what the takeover time is measured from.
+func (f *Failover) Origin() time.Time {
+	if f.Termination != nil {
+		return f.Termination.ServerStart
+	}
+	if f.Resign != nil {
+		return f.Resign.ServerStart
+	}
+	return time.Time{}
+}
+
 // Failover moves the target's lease to a stand-by. Unless o.Force, it first
 // asks the leader to step down (the leader's lease session LISTENs for it:
 // see ResignRequest) and waits up to o.TerminateTimeout for its answer and

@@ -1,0 +1,97 @@
+package term
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/timing"
+)
+
+// TestHealthByTheRecord: a lease healthy by its locks is healthy by the
+// record only when its holder leads a term it renews; what the record
+// cannot judge (a pair key, a lock --all added) stays with the locks.
+func TestHealthByTheRecord(t *testing.T) {
+	now := time.Date(2026, 12, 1, 14, 0, 0, 0, time.UTC)
+	start := now.Add(-time.Hour)
+	tm := timing.Lease{HeartbeatInterval: 15 * time.Second, HeartbeatTimeout: 5 * time.Second, StopTimeout: 10 * time.Second}
+	term := func(pid uint32, renewedAgo time.Duration) Term {
+		return Term{Key: 7, Epoch: 41, ID: "a1", Holder: Holder{Host: "vm1", OSPID: 555, BackendPID: pid, BackendStart: start}, Timing: tm,
+			Began: start, Renewed: now.Add(-renewedAgo)}
+	}
+	held := func(key locks.Key, requested bool) locks.RoleLocks {
+		return locks.RoleLocks{Role: "poller", Requested: requested, KeyLocks: locks.KeyLocks{Key: key,
+			Holders: []locks.Claimant{{PID: 100, Granted: true, BackendStart: start, State: "idle", StateChange: now}}}}
+	}
+	free := locks.RoleLocks{Role: "poller", Requested: true, KeyLocks: locks.KeyLocks{Key: locks.BigintKey(7)}}
+	for _, tc := range []struct {
+		name    string
+		rec     *Record
+		lease   locks.RoleLocks
+		health  string
+		ok      bool
+		problem string
+	}{
+		{"no record", nil, held(locks.BigintKey(7), true), "ok", true, ""},
+		{"live", &Record{Terms: map[int64]Term{7: term(100, time.Second)}, Now: now}, held(locks.BigintKey(7), true), "ok", true, ""},
+		{"stale", &Record{Terms: map[int64]Term{7: term(100, time.Minute)}, Now: now}, held(locks.BigintKey(7), true), "term_stale", false,
+			"poller's holder pid 100 has not renewed its term 41 for 1m0s"},
+		{"waiting for the previous term", &Record{Terms: map[int64]Term{7: term(99, time.Second)}, Now: now}, held(locks.BigintKey(7), true), "no_term", false,
+			"poller's holder pid 100 has not begun a term: it waits for term 41 of vm1 pid 555 (backend 99) to end (deadline 14:00:34, in 34s)"},
+		{"no term ever", &Record{Terms: map[int64]Term{}, Now: now}, held(locks.BigintKey(7), true), "no_term", false,
+			"has not begun a term: no term is open for it to wait for: it is not a lease of leasectl"},
+		{"a lock --all added", &Record{Terms: map[int64]Term{}, Now: now}, held(locks.BigintKey(7), false), "ok", true, ""},
+		{"a pair key", &Record{Terms: map[int64]Term{}, Now: now}, held(locks.PairOf(0, 7), true), "ok", true, ""},
+		{"free", &Record{Terms: map[int64]Term{}, Now: now}, free, "no_holder", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := tc.rec.Health(tc.lease, now, 45*time.Second)
+			if h.String() != tc.health || h.OK() != tc.ok {
+				t.Errorf("health %s (ok %v), want %s (ok %v)", h, h.OK(), tc.health, tc.ok)
+			}
+			if p := h.Problem("poller"); !strings.Contains(p, tc.problem) || (tc.problem == "") != (p == "") {
+				t.Errorf("problem %q, want %q", p, tc.problem)
+			}
+		})
+	}
+}
+
+// TestWhatTheNewHolderWaitsFor: the line failover prints while the new
+// holder has not begun its term.
+func TestWhatTheNewHolderWaitsFor(t *testing.T) {
+	now := time.Date(2026, 12, 1, 14, 0, 0, 0, time.UTC)
+	tm := timing.Lease{HeartbeatInterval: time.Second, HeartbeatTimeout: time.Second, StopTimeout: time.Second}
+	prev := Term{Epoch: 41, ID: "a1", Holder: Holder{Host: "vm1", OSPID: 555, BackendPID: 99}, Timing: tm, Renewed: now.Add(-time.Second)}
+	holder := locks.Claimant{PID: 100, Granted: true}
+	fence := &locks.Claimant{PID: 98, Granted: true}
+	ended := prev
+	ended.Ended = now.Add(-time.Second)
+	for _, tc := range []struct {
+		name string
+		w    Wait
+		say  string
+	}{
+		{"the old work stops", Wait{Place: Place{Standing: StandingWaiting, Term: prev, HasTerm: true, Holder: holder, Now: now}, Held: true, Fence: fence},
+			"pid 100 holds the key but has not begun a term: it waits for the previous leader's work to stop (pid 98 holds its stop fence) and for term 41 of vm1 pid 555 (backend 99) to end (deadline 14:00:03, in 3s)"},
+		{"the deadline passed", Wait{Place: Place{Standing: StandingWaiting, Term: prev, HasTerm: true, Holder: holder, Now: now.Add(time.Minute)}, Held: true},
+			"pid 100 holds the key but has not begun a term: term 41 of vm1 pid 555 (backend 99) has passed its deadline 14:00:03 without recording its end"},
+		{"about to begin", Wait{Place: Place{Standing: StandingWaiting, Term: ended, HasTerm: true, Holder: holder, Now: now}, Held: true},
+			"pid 100 holds the key but has not begun a term: no term is open for it to wait for, and it has yet to begin its own"},
+		{"free", Wait{Place: Place{Standing: StandingFree, Term: prev, HasTerm: true, Now: now}},
+			"nobody holds the key, and term 41 of vm1 pid 555 (backend 99) has not ended"},
+	} {
+		if got := tc.w.String(); !strings.HasPrefix(got, tc.say) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.say)
+		}
+	}
+	w := Wait{Place: Place{Standing: StandingWaiting, Term: ended, HasTerm: true, Holder: holder, Now: now}, Held: true}
+	if got := w.Explain(); !strings.Contains(got, "it is not a lease of leasectl") {
+		t.Errorf("at the end of the wait: %q", got)
+	}
+	later := w
+	later.Now = now.Add(time.Second)
+	if w.phase() != later.phase() {
+		t.Errorf("the time left alone changed the phase")
+	}
+}
