@@ -134,7 +134,7 @@ func runFenceInit(ctx context.Context, opts *fenceInitOptions) error {
 		return err
 	}
 	switch st {
-	case term.NoPrivilege:
+	case term.NoPrivilege, term.ReadOnly:
 		return errkind.Mark(fmt.Errorf("the term record, %s, exists in database %s, but role %q may not read and write it (a lease running as it goes without it): "+
 			"as the owner of schema leasectl, run: %s", termRecordObjects, server.Database, server.User, term.GrantSQL(server.User)), errkind.Unavailable)
 	case term.Missing:

@@ -60,13 +60,13 @@ func TestFlagsParseIntoOptions(t *testing.T) {
 				return newRunCmd(app, func(o *runOptions) error { *got = *o; return nil })
 			},
 			runOptions{Key: id(5), Grace: 2 * time.Second, RetryInterval: 5 * time.Second, HeartbeatInterval: 15 * time.Second,
-				HeartbeatTimeout: 7 * time.Second, LogFormat: "text", Command: []string{"./worker", "--batch", "10"}}},
+				HeartbeatTimeout: 7 * time.Second, Keep: 1000, LogFormat: "text", Command: []string{"./worker", "--batch", "10"}}},
 		{[]string{"run", "--role", "poller", "-o", "json", "--heartbeat-timeout", "1s", "--", "./worker"},
 			func(app *App, got *any) *cobra.Command {
 				return newRunCmd(app, func(o *runOptions) error { *got = *o; return nil })
 			},
 			runOptions{Role: "poller", Grace: 10 * time.Second, RetryInterval: 5 * time.Second, HeartbeatInterval: 15 * time.Second,
-				HeartbeatTimeout: time.Second, LogFormat: "json", Command: []string{"./worker"}}},
+				HeartbeatTimeout: time.Second, Keep: 1000, LogFormat: "json", Command: []string{"./worker"}}},
 		{[]string{"probe", "--probe-key", "0x10", "--strict", "--heartbeat", "3s", "postgres://x"},
 			func(app *App, got *any) *cobra.Command {
 				return newProbeCmd(app, func(o *probeOptions) error { *got = *o; return nil })

@@ -277,7 +277,12 @@ func TestHostileDSNs(t *testing.T) {
 				tc.want.check(t, run, runBounded(t, nil, run...))
 				return
 			}
-			runKeepsTrying(t, run, "cannot connect; retrying", tc.logged)
+			retrying := "cannot connect; retrying"
+			if tc.name == "wrong password" || tc.name == "no CONNECT on the database" {
+				// The server refused the login: run backs off.
+				retrying = "the server refused the login; backing off"
+			}
+			runKeepsTrying(t, run, retrying, tc.logged)
 		})
 	}
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/locks"
 )
 
@@ -546,6 +547,15 @@ func TestRunKeyOutlivesAKilledLeasectlWhileItsProgramLives(t *testing.T) {
 	orphan := f.next(leasetest.Start)
 	standby := f.startReplica(needLab(t).DirectDSN())
 	standby.log.WaitFor(t, "standing by", 1, hang)
+	// Its obituary would stop what is left of the program's tree: this
+	// test is about a leasectl that died with nobody left to do that.
+	obit, ok := leasetest.ObituaryOf(cmd.Process.Pid)
+	if !ok {
+		t.Fatal("leasectl run has no obituary process")
+	}
+	if err := kill(obit); err != nil {
+		t.Fatal(err)
+	}
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	if !running(orphan.PID) {
@@ -710,4 +720,41 @@ func (f *runFixture) runWithDaemon(grace, script string) (*exec.Cmd, *leasetest.
 	}
 	t.Cleanup(func() { _ = kill(daemon) })
 	return cmd, log, daemon
+}
+
+// TestRunObituaryRecordsTheEndOfAKilledLeader: leasectl run SIGKILLed
+// while its program's child lives on (it is not Pdeathsig's): the obituary
+// stops what is left of the tree, records the end of the term as killed,
+// and the stand-by's program starts without waiting for the term's
+// deadline (an hour here).
+func TestRunObituaryRecordsTheEndOfAKilledLeader(t *testing.T) {
+	const key = 9200017
+	f := newRunFixture(t, "poller", key)
+	args := []string{"run", "--role", "poller", "--heartbeat-interval", "1h", "--", "sh", "-c", `"$0" "$@" & wait`, f.witness, "-lock", f.lock, "-notify", f.events.Path}
+	cmd := exec.Command(f.leasectl, args...)
+	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+needLab(t).DirectDSN(), "LEASECTL_KEYS="+f.keys)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	orphan := f.next(leasetest.Start)
+	standby := f.startReplica(needLab(t).DirectDSN(), "--heartbeat-interval", "1h")
+	standby.log.WaitFor(t, "standing by", 1, hang)
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if next := f.next(leasetest.Start); next.PPID != standby.cmd.Process.Pid {
+		t.Errorf("program started by %d, want the stand-by %d", next.PPID, standby.cmd.Process.Pid)
+	}
+	if running(orphan.PID) {
+		t.Errorf("the killed leader's program (pid %d) still runs beside the new one", orphan.PID)
+	}
+	hist, err := term.History(context.Background(), pgtest.Conn(t, needLab(t).DirectDSN(), ""), key, time.Time{}, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hist) != 2 || hist[1].EndReason != term.Killed {
+		t.Errorf("history %+v, want the killed leader's term ended %q", hist, term.Killed)
+	}
+	if code := standby.stop(t); code != 0 {
+		t.Errorf("stand-by exit %d", code)
+	}
 }

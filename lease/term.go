@@ -57,7 +57,7 @@ func (r *runner) checkRecord(ctx context.Context, s *sessions) bool {
 		r.log.Warn("the term record (schema leasectl) is missing, and this role may not create it; "+uncovered+"; run `leasectl fence init` as a role that may (or --print-sql for your migrations)", "err", err.Error())
 	case err != nil:
 		r.log.Warn("cannot use the term record (schema leasectl); "+uncovered, "err", err.Error())
-	case st == term.NoPrivilege:
+	case st == term.NoPrivilege || st == term.ReadOnly:
 		r.log.Warn("the term record (schema leasectl) exists, but this role may not read and write it; " + uncovered + "; as the schema's owner, run: " + term.GrantSQL(s.info.User))
 	default:
 		r.log.Warn("the term record (schema leasectl) is missing; " + uncovered + "; run `leasectl fence init`")

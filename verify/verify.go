@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
@@ -148,11 +149,24 @@ func Run(ctx context.Context, conn *pgx.Conn, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	ids := make([]int64, len(o.Roles))
+	for i, r := range o.Roles {
+		ids[i] = r.Key
+	}
+	// The term record, where there is one: a leader must also lead a live
+	// term (the rule of who --check).
+	record, err := term.ReadRecord(rctx, conn, ids)
+	if err != nil {
+		return nil, err
+	}
 	rep := &Report{Server: server}
 	leases := snap.ByRole(names, want, false)
 	leaders := make([]Result, len(leases))
 	for i, l := range leases {
 		leaders[i] = OneLeader(l, snap.Now, o.StaleAfter)
+		if h := record.Health(l, snap.Now, o.StaleAfter); leaders[i].Status == Pass && !h.OK() {
+			leaders[i].Status, leaders[i].Detail = Fail, h.Problem(l.Name())
+		}
 	}
 	for i, l := range leases {
 		rep.Results = append(rep.Results, leaders[i], cleanFailover(ctx, conn, o, l, leaders[i]))
@@ -243,8 +257,26 @@ func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.RoleL
 		r.Detail = err.Error()
 		return r
 	}
+	bctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	before, err := term.ReadBefore(bctx, conn, l.Key)
+	cancel()
+	if err != nil {
+		r.Detail = err.Error()
+		return r
+	}
 	res, err := target.Failover(ctx, conn, locks.FailoverOptions{TerminateTimeout: o.Timeout, Wait: o.Within, Force: o.Force})
 	r.Failover = res
+	var began *term.Began
+	if err == nil && res != nil && res.Takeover != nil && before != nil {
+		// The failover is over when the new leader's term has begun: its
+		// work starts then.
+		b, werr := before.Await(ctx, conn, term.AwaitOptions{Holder: res.Takeover.Holder, Since: res.Origin(), From: res.WaitedFrom(), Within: o.Within, ReadTimeout: o.Timeout})
+		if werr != nil {
+			r.Detail = fmt.Sprintf("%s took over, but: %v", res.Takeover.Holder.Describe(), werr)
+			return r
+		}
+		began = &b
+	}
 	old := target.Holder
 	did := "terminated " + old.Describe()
 	if res != nil && res.Path == locks.PathGraceful {
@@ -263,6 +295,7 @@ func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.RoleL
 		r.Status = Pass
 		r.Detail = fmt.Sprintf("%s took over from pid %d within %s of the request to step down (graceful)",
 			res.Takeover.Holder.Describe(), old.PID, res.Takeover.After.Round(100*time.Microsecond))
+		r.Detail += begunDetail(began)
 	default:
 		r.Status = Pass
 		r.Detail = fmt.Sprintf("%s took over from pid %d within %s of the signal; pid %d is gone",
@@ -270,8 +303,20 @@ func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.RoleL
 		if res.Resign != nil && res.Resign.Fallback != "" {
 			r.Detail += " (terminated: " + res.Resign.Fallback + ")"
 		}
+		r.Detail += begunDetail(began)
 	}
 	return r
+}
+
+// begunDetail says when the new leader's term began, if there is a record.
+func begunDetail(b *term.Began) string {
+	if b == nil {
+		return ""
+	}
+	if b.After > 0 {
+		return fmt.Sprintf(", and began term %d %s after it", b.Term.Epoch, b.After.Round(100*time.Microsecond))
+	}
+	return fmt.Sprintf(", and began term %d", b.Term.Epoch)
 }
 
 func poolerRejection(ctx context.Context, o Options) Result {

@@ -3,7 +3,9 @@ package verify_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/keys"
+	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
 	"github.com/leasectl/leasectl/verify"
@@ -189,5 +192,61 @@ func TestOneLeaderWithAHiddenLeader(t *testing.T) {
 	r := verify.OneLeader(l, time.Now(), time.Second)
 	if r.Status != verify.Pass || r.Detail != "pid 7 (p) holds it (its state is hidden from this role: staleness unknown)" {
 		t.Errorf("hidden leader: %s %q", r.Status, r.Detail)
+	}
+}
+
+// TestVerifyJudgesTerms: where the term record exists, one_leader also
+// needs the holder to lead a live term (a plain session holding the key
+// has none), and clean_failover is over only once the new leader's term
+// has begun.
+func TestVerifyJudgesTerms(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	roles := []keys.Entry{{Name: "poller", Key: 1840300011}, {Name: "plain", Key: 1840300012}}
+	// The leases create the term record; the other tests hold keys on
+	// plain sessions, judged by their locks alone.
+	t.Cleanup(func() {
+		pgtest.Exec(t, pgtest.Conn(t, testLab.DirectDSN(), ""), "DROP SCHEMA IF EXISTS leasectl CASCADE")
+	})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	leading := make(chan struct{}, 8)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = lease.Run(ctx, lease.Config{Role: "poller", Key: roles[0].Key, DSN: testLab.DirectDSN(), RetryInterval: 100 * time.Millisecond, HeartbeatInterval: 500 * time.Millisecond},
+				func(ctx context.Context) error { leading <- struct{}{}; <-ctx.Done(); return nil })
+		}()
+	}
+	<-leading
+	conn := pgtest.Conn(t, testLab.DirectDSN(), "verify")
+	// Both leases stand in the record; wait until the second waits in the queue.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		snap, err := locks.Read(ctx, conn, locks.Filter{Keys: []locks.Key{locks.BigintKey(roles[0].Key)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(snap.Find(locks.BigintKey(roles[0].Key)).Waiters) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second lease does not stand by")
+		}
+	}
+	plainPID := holdWith(t, "plain-holder", roles[1].Key)
+	rep, err := verify.Run(ctx, conn, verify.Options{Roles: roles, Failover: true, Within: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := result(t, rep, verify.CheckOneLeader, "poller"); r.Status != verify.Pass {
+		t.Errorf("poller one_leader: %+v", r)
+	}
+	if r := result(t, rep, verify.CheckCleanFailover, "poller"); r.Status != verify.Pass || !strings.Contains(r.Detail, "began term") {
+		t.Errorf("poller clean_failover: %+v", r)
+	}
+	if r := result(t, rep, verify.CheckOneLeader, "plain"); r.Status != verify.Fail || !strings.Contains(r.Detail, strconv.Itoa(int(plainPID))) {
+		t.Errorf("plain one_leader: %+v, want a failure naming pid %d, which has no term", r, plainPID)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -298,30 +297,14 @@ func frozenLeaderFailover(t *testing.T, f *fleet, res *result, rounds int, freez
 	res.notes = append(res.notes, fmt.Sprintf("the leader's leasectl was frozen for %s, then `leasectl failover --yes` ran: ", freeze)+handoverNote(stops, gaps))
 }
 
-// obituaryOf returns the pid of r's obituary process: r's child that
-// carries LEASECTL_OBITUARY_FD in its environment.
+// obituaryOf returns the pid of r's obituary process.
 func obituaryOf(t *testing.T, r *replica) int {
 	t.Helper()
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(f) < 2 || f[1] != strconv.Itoa(r.pid()) {
-			continue
-		}
-		if env, err := os.ReadFile("/proc/" + e.Name() + "/environ"); err == nil && bytes.Contains(env, []byte("LEASECTL_OBITUARY_FD=")) {
-			return pid
-		}
+	pid, ok := leasetest.ObituaryOf(r.pid())
+	if !ok {
+		t.Fatalf("%s (pid %d) has no obituary process", r.name, r.pid())
 	}
-	t.Fatalf("%s (pid %d) has no obituary process", r.name, r.pid())
-	return 0
+	return pid
 }
 
 // deadLeader SIGKILLs the leader's leasectl and its obituary and restarts

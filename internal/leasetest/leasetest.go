@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -225,4 +226,28 @@ func (b *Buffer) WaitFor(tb testing.TB, s string, n int, limit time.Duration) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// ObituaryOf returns the pid of the obituary process of the leasectl run
+// process pid: its child whose environment carries LEASECTL_OBITUARY_FD.
+func ObituaryOf(pid int) (int, bool) {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		if env, err := os.ReadFile("/proc/" + e.Name() + "/environ"); err == nil && bytes.Contains(env, []byte("LEASECTL_OBITUARY_FD=")) {
+			return child, true
+		}
+	}
+	return 0, false
 }

@@ -68,7 +68,8 @@ CREATE INDEX IF NOT EXISTS term_history_key_epoch ON leasectl.term_history (key,
 const checkSQL = `SELECT count(*) = 2,
        coalesce(bool_and(has_schema_privilege(n.oid, 'USAGE') AND
                 has_table_privilege(c.oid, CASE c.relname WHEN 'term' THEN 'SELECT, INSERT, UPDATE'
-                                                          ELSE 'SELECT, INSERT, UPDATE, DELETE' END)), false)
+                                                          ELSE 'SELECT, INSERT, UPDATE, DELETE' END)), false),
+       coalesce(bool_and(has_schema_privilege(n.oid, 'USAGE') AND has_table_privilege(c.oid, 'SELECT')), false)
   FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'leasectl' AND c.relname IN ('term', 'term_history') AND c.relkind = 'r'`
 
@@ -90,22 +91,28 @@ const (
 	// NoPrivilege: the tables exist, but this role may not read and write
 	// them.
 	NoPrivilege
+	// ReadOnly: the tables exist, and this role may read but not write
+	// them: enough to show terms (leasectl who, history), not to lead with
+	// them.
+	ReadOnly
 )
 
 // Check reports whether the database of q has the term record, usable by
 // this role.
 func Check(ctx context.Context, q Querier) (Status, error) {
-	var exists, usable bool
-	if err := q.QueryRow(ctx, checkSQL).Scan(&exists, &usable); err != nil {
+	var exists, usable, readable bool
+	if err := q.QueryRow(ctx, checkSQL).Scan(&exists, &usable, &readable); err != nil {
 		return Missing, fmt.Errorf("look for the term record: %w", err)
 	}
 	switch {
 	case !exists:
 		return Missing, nil
-	case !usable:
-		return NoPrivilege, nil
+	case usable:
+		return Ready, nil
+	case readable:
+		return ReadOnly, nil
 	}
-	return Ready, nil
+	return NoPrivilege, nil
 }
 
 // CreateError says why the schema could not be created.

@@ -44,7 +44,7 @@ func ReadRecord(ctx context.Context, q Querier, keys []int64) (*Record, error) {
 	return &Record{Terms: terms, Now: now}, nil
 }
 
-// usable reports whether the term record exists and this role may use it.
+// usable reports whether the term record exists and this role may read it.
 // A role that may not look into the schema at all (permission denied,
 // 42501) may not use it either.
 func usable(ctx context.Context, q Querier) (bool, error) {
@@ -56,7 +56,7 @@ func usable(ctx context.Context, q Querier) (bool, error) {
 	case err != nil:
 		return false, err
 	}
-	return st == Ready, nil
+	return st == Ready || st == ReadOnly, nil
 }
 
 // Place is where a lease's holder stands in the record.
