@@ -76,7 +76,7 @@ func startTermLease(t *testing.T, role string, key int64) *termLease {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	cfg := lease.Config{Role: role, Key: key, DSN: needLab(t).DirectDSN(), RetryInterval: 200 * time.Millisecond,
-		Preflight:     func(context.Context, *pgx.ConnConfig) error { return nil },
+		Preflight: func(context.Context, *pgx.ConnConfig) error { return nil },
 		OnStateChange: func(c lease.Change) {
 			l.mu.Lock()
 			l.state = c.To
