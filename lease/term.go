@@ -219,6 +219,7 @@ func leaderless(prev previous, began time.Time) time.Duration {
 	return max(began.Sub(end), 0)
 }
 
+// errTermEnded fails a heartbeat whose renewal found the term ended.
 var errTermEnded = errors.New("the term is no longer live in the term record (another replica ended it)")
 
 // evictStale is a stand-by's check, after each wait in the lock queue, that
@@ -244,11 +245,12 @@ func (r *runner) evictStale(ctx context.Context, s *sessions) {
 		r.log.Warn("cannot check the key's holder", "err", err.Error())
 		return
 	}
-	var why string
-	targets := []struct {
+	type target struct {
 		key locks.Key
 		c   locks.Claimant
-	}{{r.key, holder}}
+	}
+	var why string
+	targets := []target{{r.key, holder}}
 	ownsTerm := ok && t.Live() && uint32(holder.PID) == t.Holder.BackendPID && sameStart(holder.BackendStart, t.Holder.BackendStart)
 	switch {
 	case ownsTerm:
@@ -258,10 +260,7 @@ func (r *runner) evictStale(ctx context.Context, s *sessions) {
 		why = fmt.Sprintf("its term %d was last renewed %s ago, longer than heartbeat interval + timeout + stop time (%s)",
 			t.Epoch, now.Sub(t.Renewed).Round(time.Millisecond), t.Timing.Stopped())
 		if f, ok := snap.Find(r.fence).Holder(); ok && uint32(f.PID) == t.Holder.FenceBackendPID {
-			targets = append(targets, struct {
-				key locks.Key
-				c   locks.Claimant
-			}{r.fence, f})
+			targets = append(targets, target{r.fence, f})
 		}
 	default:
 		bound := r.cfg.timing().Stopped()
