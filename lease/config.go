@@ -72,6 +72,12 @@ type Config struct {
 	// the overlap, like consul's lock-delay.
 	TakeoverDelay time.Duration
 
+	// Fencing makes the term record a condition of leading: without it (a
+	// database without the schema leasectl, and a role that may not create
+	// it) the lease refuses to lead, instead of leading without terms. Work
+	// that checks its term in its own transactions (Fence) needs it.
+	Fencing bool
+
 	// HistoryKeep is how many terms of the role the term record's history
 	// keeps (leasectl history); each new term deletes older ones. Default
 	// 1000.

@@ -159,6 +159,9 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 		return nil, err
 	}
 	r.record = r.checkRecord(sctx, s)
+	if !r.record && r.cfg.Fencing {
+		return nil, &RefusedError{BackendPID: s.info.BackendPID, Reason: "fencing needs the term record (schema leasectl with leasectl.fence), which is missing here or which this role may not use: run `leasectl fence init` (as a role that may create it; --print-sql for migrations), or grant this role its use"}
+	}
 	if err := setupSession(sctx, s.fenceConn, s.fenceInfo.VersionNum, tcp); err != nil {
 		return nil, fmt.Errorf("stop fence session: %w", err)
 	}

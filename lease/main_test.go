@@ -25,6 +25,8 @@ func TestMain(m *testing.M) {
 	code := pgtest.RunMain(m, lab.Options{
 		Standby: true,
 		Poolers: []lab.PoolerSpec{{Name: "transaction", Mode: lab.Transaction, PoolSize: 20}},
+		// The fencing tests order commits by their timestamps.
+		Settings: map[string]string{"track_commit_timestamp": "on"},
 	}, &testLab)
 	os.RemoveAll(binDir)
 	os.Exit(code)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/timing"
 )
 
@@ -36,6 +37,15 @@ type Session struct {
 	TermID string
 
 	conn, fence *pgx.Conn
+}
+
+// FenceToken is the term's fencing token, for leasectl.fence in work's own
+// transactions (see Fence); "" without the term record.
+func (s Session) FenceToken() string {
+	if s.TermID == "" {
+		return ""
+	}
+	return term.Token(s.Key, s.Epoch, s.TermID, s.Role)
 }
 
 type sessionKey struct{}

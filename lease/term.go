@@ -50,6 +50,9 @@ func (r *runner) checkRecord(ctx context.Context, s *sessions) bool {
 	if err == nil && st == term.Ready {
 		return true
 	}
+	if r.cfg.Fencing {
+		return false // connect refuses, and says why
+	}
 	const uncovered = "without the term record, a server restart or the end of every session of the leader at once can overlap two leaders' work, and a frozen holder is not evicted"
 	var ce *term.CreateError
 	switch {
@@ -186,13 +189,20 @@ func (r *runner) beginTerm(ctx context.Context, s *sessions) (term.Started, erro
 		return term.Started{}, err
 	}
 	host, _ := os.Hostname()
-	ctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatTimeout)
-	defer cancel()
 	st, err := term.Start(ctx, s.main, term.Begin{
 		Key: r.cfg.Key, Role: r.cfg.Role, ID: id, Keep: r.cfg.HistoryKeep,
 		Holder: term.Holder{Host: host, OSPID: os.Getpid(), FenceBackendPID: s.fenceInfo.BackendPID,
 			Application: r.mainCfg.RuntimeParams["application_name"]},
-		Timing: r.cfg.timing(),
+		Timing:    r.cfg.timing(),
+		FenceWait: r.cfg.HeartbeatTimeout,
+		Timeout:   r.cfg.HeartbeatTimeout,
+		OnFenced: func(pids []int32, err error) {
+			if err != nil {
+				r.log.Error("fenced transactions of the previous term are still open, and their sessions could not be ended; the new term waits (the same role, or pg_signal_backend, may end them)", "err", err.Error())
+				return
+			}
+			r.log.Warn("ended the sessions of fenced transactions of the previous term that were still open: they do not commit", "pids", fmt.Sprint(pids))
+		},
 	})
 	if err != nil {
 		return st, err

@@ -25,15 +25,15 @@ const ddlLock = `SELECT pg_advisory_xact_lock(1818583411, 0)`
 // `leasectl fence init` runs and --print-sql prints.
 const DDL = `CREATE SCHEMA IF NOT EXISTS leasectl;
 
--- The current term of each role: one row per role key. It changes only
--- when a term begins or ends, never at a renewal.
+-- The current term of each role: one row per role key, what
+-- leasectl.fence checks. It changes only when a term begins: not at a
+-- renewal, nor when the term ends (see leasectl.term_history).
 CREATE TABLE IF NOT EXISTS leasectl.term (
     key      bigint PRIMARY KEY,
     role     text NOT NULL,
     epoch    bigint NOT NULL,
     term_id  text NOT NULL,
-    began    timestamptz NOT NULL,
-    ended    timestamptz
+    began    timestamptz NOT NULL
 );
 
 -- Every term of each role, newest kept: who led, when, with which
@@ -60,12 +60,69 @@ CREATE TABLE IF NOT EXISTS leasectl.term_history (
     PRIMARY KEY (key, term_id)
 );
 CREATE INDEX IF NOT EXISTS term_history_key_epoch ON leasectl.term_history (key, epoch);
+
+-- The fencing lock of a role key: a two-int4 advisory key in the probe's
+-- range ("leas"), which no role and no probe uses in this form. Fenced
+-- transactions hold it shared until they end; a new term takes it
+-- exclusively, so it begins only once they are over.
+CREATE OR REPLACE FUNCTION leasectl.fence_lock(key bigint) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT (((key # (key >> 32)) & 2147483647) | 1)::integer $$;
+
+-- leasectl.fence(token) returns the term's epoch while the term that the
+-- token names is current (until the next term begins), and otherwise
+-- raises SQLSTATE LF001. Call it
+-- inside the transaction whose writes it guards: that transaction either
+-- commits before the next term begins, or does not commit.
+CREATE OR REPLACE FUNCTION leasectl.fence(token text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE
+AS $fence$
+DECLARE
+  k bigint;
+  e bigint;
+  id text;
+  cur record;
+BEGIN
+  IF split_part(token, ':', 1) <> 'leasectl' OR split_part(token, ':', 4) !~ '^[0-9a-f]{16}$' THEN
+    RAISE EXCEPTION 'leasectl.fence: % is not a fencing token (leasectl run gives one to its program as LEASECTL_FENCE_TOKEN)', quote_literal(token)
+      USING ERRCODE = '22023';
+  END IF;
+  k := split_part(token, ':', 2)::bigint;
+  e := split_part(token, ':', 3)::bigint;
+  id := split_part(token, ':', 4);
+  -- Held until this transaction ends: a new term waits for it.
+  PERFORM pg_advisory_xact_lock_shared(1818583411, leasectl.fence_lock(k));
+  IF current_setting('transaction_isolation') = 'read committed' THEN
+    -- A new statement: its snapshot is taken after the lock was granted.
+    IF EXISTS (SELECT FROM leasectl.term t WHERE t.key = k AND t.epoch = e AND t.term_id = id) THEN
+      RETURN e;
+    END IF;
+  ELSE
+    -- The transaction's snapshot may predate the lock: a locking read
+    -- fails on a row changed since then (a new term).
+    BEGIN
+      IF EXISTS (SELECT FROM leasectl.term t WHERE t.key = k AND t.epoch = e AND t.term_id = id FOR SHARE) THEN
+        RETURN e;
+      END IF;
+    EXCEPTION WHEN serialization_failure THEN
+      RAISE EXCEPTION 'leasectl: stale fencing token of role %: term % is not current (a newer term began after this transaction''s snapshot)', substr(token, length(split_part(token, ':', 1) || split_part(token, ':', 2) || split_part(token, ':', 3) || split_part(token, ':', 4)) + 5), e
+        USING ERRCODE = 'LF001';
+    END;
+  END IF;
+  SELECT t.epoch INTO cur FROM leasectl.term t WHERE t.key = k;
+  RAISE EXCEPTION 'leasectl: stale fencing token of role %: term % is not current (current: term %)',
+    substr(token, length(split_part(token, ':', 1) || split_part(token, ':', 2) || split_part(token, ':', 3) || split_part(token, ':', 4)) + 5), e,
+    coalesce(cur.epoch::text, 'none')
+    USING ERRCODE = 'LF001';
+END
+$fence$;
 `
 
-// checkSQL says whether both tables exist and whether this role may use
+// checkSQL says whether both tables and the fence function exist and whether this role may use
 // them, from the catalogs: naming a table of a schema without USAGE on it
 // is an error.
-const checkSQL = `SELECT count(*) = 2,
+const checkSQL = `SELECT count(*) = 2 AND EXISTS (SELECT FROM pg_proc p JOIN pg_namespace pn ON pn.oid = p.pronamespace
+                                         WHERE pn.nspname = 'leasectl' AND p.proname = 'fence'),
        coalesce(bool_and(has_schema_privilege(n.oid, 'USAGE') AND
                 has_table_privilege(c.oid, CASE c.relname WHEN 'term' THEN 'SELECT, INSERT, UPDATE'
                                                           ELSE 'SELECT, INSERT, UPDATE, DELETE' END)), false),

@@ -244,6 +244,14 @@ type Begin struct {
 	// Keep is how many terms of the role the history keeps; older ones
 	// are deleted. Values below 1 mean 1.
 	Keep int
+	// FenceWait is how long the new term waits for fenced transactions of
+	// the previous one (leasectl.fence) before it ends their sessions.
+	FenceWait time.Duration
+	// Timeout bounds each statement beyond that wait.
+	Timeout time.Duration
+	// OnFenced, when set, hears of the sessions Start ended, or why it
+	// could not.
+	OnFenced func(pids []int32, err error)
 }
 
 // beginSQL ends the previous term if it is still open (the new leader
@@ -263,7 +271,7 @@ const beginSQL = `WITH prev AS (
   INSERT INTO leasectl.term AS c (key, role, epoch, term_id, began)
   SELECT $1, $2, next.epoch, $3, next.began FROM next
   ON CONFLICT (key) DO UPDATE
-     SET role = excluded.role, epoch = excluded.epoch, term_id = excluded.term_id, began = excluded.began, ended = NULL
+     SET role = excluded.role, epoch = excluded.epoch, term_id = excluded.term_id, began = excluded.began
   RETURNING c.epoch, c.began
 ), hist AS (
   INSERT INTO leasectl.term_history (key, epoch, term_id, role, host, os_pid, backend_pid, backend_start,
@@ -291,14 +299,55 @@ type Started struct {
 	EndedPrevious bool
 }
 
+// fenceLockSQL takes the fencing lock of key $1 exclusively for the rest
+// of the transaction, waiting at most $2 ms for the fenced transactions
+// that hold it shared (leasectl.fence): a new term begins only once they
+// are over.
+const fenceLockSQL = `SELECT set_config('lock_timeout', $2::text || 'ms', true),
+       pg_advisory_xact_lock(1818583411, leasectl.fence_lock($1))`
+
+// fencedSQL ends the sessions whose transactions hold the fencing lock of
+// key $1 (fenced transactions of the previous term still open), waiting up
+// to $2 ms for each to exit, and returns their pids.
+const fencedSQL = `SELECT l.pid, pg_terminate_backend(l.pid, $2::bigint)
+  FROM pg_locks l
+ WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 AND l.mode = 'ShareLock'
+   AND l.classid = 1818583411 AND l.objid = leasectl.fence_lock($1)::bigint::oid
+   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND l.pid <> pg_backend_pid()`
+
 // Start records the beginning of a term on conn, which holds the key, in
-// one round trip: the previous term ends if it is still open (see beginSQL),
-// the new one becomes current, and the history keeps b.Keep terms.
+// one round trip: it takes the role's fencing lock (waiting up to
+// b.FenceWait for fenced transactions of the previous term), the previous
+// term ends if it is still open (see beginSQL), the new one becomes
+// current, and the history keeps b.Keep terms. Fenced transactions still
+// open after b.FenceWait have their sessions ended (b.OnFenced hears of
+// them), and it tries again.
 func Start(ctx context.Context, conn *pgx.Conn, b Begin) (Started, error) {
+	wait := max(b.FenceWait, time.Millisecond)
+	for attempt := 0; ; attempt++ {
+		sctx, cancel := context.WithTimeout(ctx, wait+max(b.Timeout, time.Second))
+		s, err := start(sctx, conn, b, wait)
+		cancel()
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "55P03" || attempt >= 10 {
+			return s, err
+		}
+		ectx, cancel := context.WithTimeout(ctx, wait+max(b.Timeout, time.Second))
+		pids, err := endFenced(ectx, conn, b.Key, wait)
+		cancel()
+		if b.OnFenced != nil {
+			b.OnFenced(pids, err)
+		}
+	}
+}
+
+func start(ctx context.Context, conn *pgx.Conn, b Begin, wait time.Duration) (Started, error) {
 	var s Started
 	keep := max(b.Keep, 1)
 	batch := &pgx.Batch{}
 	var ended, added int64
+	batch.Queue(fenceLockSQL, b.Key, wait.Milliseconds())
 	batch.Queue(beginSQL, b.Key, b.Role, b.ID, b.Holder.Host, b.Holder.OSPID, int32(b.Holder.FenceBackendPID), b.Holder.Application, b.Timing.HeartbeatInterval.Milliseconds(), b.Timing.HeartbeatTimeout.Milliseconds(),
 		b.Timing.StopTimeout.Milliseconds(), Channel(b.Key)).QueryRow(func(row pgx.Row) error {
 		var note string
@@ -315,6 +364,26 @@ func Start(ctx context.Context, conn *pgx.Conn, b Begin) (Started, error) {
 	return s, nil
 }
 
+// endFenced ends the sessions of the fenced transactions that hold key's
+// fencing lock and returns their pids.
+func endFenced(ctx context.Context, conn *pgx.Conn, key int64, wait time.Duration) ([]int32, error) {
+	rows, err := conn.Query(ctx, fencedSQL, key, wait.Milliseconds())
+	if err != nil {
+		return nil, fmt.Errorf("end the open fenced transactions of the previous term: %w", err)
+	}
+	defer rows.Close()
+	var pids []int32
+	for rows.Next() {
+		var pid int32
+		var gone bool
+		if err := rows.Scan(&pid, &gone); err != nil {
+			return pids, err
+		}
+		pids = append(pids, pid)
+	}
+	return pids, rows.Err()
+}
+
 // RenewSQL renews term $2 of key $1 if it is still live: the leader's
 // heartbeat runs it beside its proof, in the same round trip, as its write
 // check. It affects no row when the term has ended.
@@ -323,26 +392,26 @@ const RenewSQL = `UPDATE leasectl.term_history SET renewed = clock_timestamp()
 
 // endSQL records that term $2 of key $1 ended $4 milliseconds ago (when
 // its work was gone), with reason $3 unless a stand-by evicted its holder,
-// and announces it on Channel.
+// and announces it on Channel. It leaves the current-term row alone: a
+// fenced transaction in REPEATABLE READ holds a row lock on it, and the
+// token of an ended term passes until the next term begins, which waits
+// for such transactions anyway.
 const endSQL = `WITH h AS (
   UPDATE leasectl.term_history
      SET ended = greatest(renewed, clock_timestamp() - make_interval(secs => $4::float8 / 1000)),
          end_reason = CASE WHEN evicted IS NOT NULL THEN 'evicted' ELSE $3 END
    WHERE key = $1 AND term_id = $2 AND ended IS NULL
   RETURNING epoch, ended
-), c AS (
-  UPDATE leasectl.term SET ended = (SELECT ended FROM h) WHERE key = $1 AND term_id = $2 AND ended IS NULL AND EXISTS (SELECT 1 FROM h)
-  RETURNING 1
 )
-SELECT (SELECT count(*) FROM h), (SELECT count(*) FROM c),
+SELECT (SELECT count(*) FROM h),
        pg_notify($5, json_build_object('event', 'ended', 'epoch', (SELECT epoch FROM h), 'term_id', $2::text)::text)`
 
 // End records that term id of key ended ago (its work was gone then) with
 // reason, and reports whether it was still open.
 func End(ctx context.Context, q Querier, key int64, id, reason string, ago time.Duration) (bool, error) {
-	var n, c int64
+	var n int64
 	var note string
-	err := q.QueryRow(ctx, endSQL, key, id, reason, float64(max(ago, 0).Microseconds())/1000, Channel(key)).Scan(&n, &c, &note)
+	err := q.QueryRow(ctx, endSQL, key, id, reason, float64(max(ago, 0).Microseconds())/1000, Channel(key)).Scan(&n, &note)
 	if err != nil {
 		return false, wrap("record the end of the term", err)
 	}
