@@ -33,6 +33,7 @@ type runOptions struct {
 	HeartbeatTimeout  time.Duration
 	TakeoverDelay     time.Duration
 	Keep              int
+	Fence             bool
 	LogFormat         string
 	MetricsAddr       string
 	Command           []string
@@ -68,7 +69,11 @@ ended every session at once: a restart) waits until the old leader records
 its end, or until the term's deadline (its last renewal + heartbeat interval
 + 2 × heartbeat timeout + grace + 2s). A stand-by ends the sessions of a
 holder that stops renewing its term, or that holds the key idle without one
-(a frozen process). leasectl history ROLE shows the terms. CMD runs directly (no shell) in its own process
+(a frozen process). leasectl history ROLE shows the terms. Each term has a
+fencing token, LEASECTL_FENCE_TOKEN: a transaction that runs SELECT
+leasectl.fence(token) either commits before the next term begins or does not
+commit, so a CMD that was frozen past its term cannot write (--fence: never
+lead without the record). CMD runs directly (no shell) in its own process
 group, with LEASECTL_ROLE, LEASECTL_KEY, LEASECTL_BACKEND_PID and
 LEASECTL_PROGRAM_ID set, and inherits the lease session as descriptor 3 and
 the fence session as descriptor 4 (leave them alone): if leasectl is killed,
@@ -148,6 +153,7 @@ Linux container.`,
 	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", lease.DefaultHeartbeatInterval, "time between the leader's heartbeats (the proof of its hold, and the renewal of its term)")
 	f.DurationVar(&opts.HeartbeatTimeout, "heartbeat-timeout", 0, "time limit of each heartbeat (default: --timeout)")
 	f.DurationVar(&opts.TakeoverDelay, "takeover-delay", 0, "hold the lease this long before starting CMD: a quiet period between leaders for systems outside the database (the fence and the term already wait for the old CMD)")
+	f.BoolVar(&opts.Fence, "fence", false, "lead only with the term record, whose fencing token CMD checks in its own transactions (LEASECTL_FENCE_TOKEN; see leasectl fence init)")
 	f.IntVar(&opts.Keep, "keep", lease.DefaultHistoryKeep, "terms of the role's history to keep in the database (leasectl history); older ones are deleted")
 	f.String("log-format", "text", "log format on stderr: text or json")
 	deprecatedAlias(f, "log-format", "output")
@@ -183,6 +189,7 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		StopTimeout:     timing.CommandStop(opts.Grace),
 		TakeoverDelay:   opts.TakeoverDelay,
 		HistoryKeep:     opts.Keep,
+		Fencing:         opts.Fence,
 		ApplicationName: lease.DefaultApplicationName("leasectl run", roleName(role, key)),
 	}
 	metrics := leasehttp.New(role, key, leasehttp.HealthWindow(cfg, opts.Grace))

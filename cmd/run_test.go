@@ -758,3 +758,43 @@ func TestRunObituaryRecordsTheEndOfAKilledLeader(t *testing.T) {
 		t.Errorf("stand-by exit %d", code)
 	}
 }
+
+// TestRunFence: with --fence, leasectl run never leads without the term
+// record, and says what creates it; with the record, the program gets
+// LEASECTL_EPOCH and LEASECTL_FENCE_TOKEN, and the token passes
+// leasectl.fence in a transaction of its own.
+func TestRunFence(t *testing.T) {
+	const key = 9200018
+	withoutTermRecord(t)
+	// A role that may not create the schema leasectl.
+	lab := needLab(t)
+	admin := pgtest.Conn(t, lab.DirectDSN(), "")
+	pgtest.Exec(t, admin, "DROP ROLE IF EXISTS run_nofence")
+	pgtest.Exec(t, admin, "CREATE ROLE run_nofence LOGIN PASSWORD 'nofence-secret'")
+	if err := lab.AddLogin("run_nofence", "nofence-secret"); err != nil {
+		t.Fatal(err)
+	}
+	f := newRunFixture(t, "poller", key)
+	r := f.startReplica(lab.DSN(lab.Primary.Port, "run_nofence", "postgres"), "--fence")
+	r.log.WaitFor(t, "fencing needs the term record", 2, hang)
+	if strings.Contains(r.log.String(), "program started") {
+		t.Fatalf("it led without the term record:\n%s", r.log)
+	}
+	if code := r.stop(t); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+
+	withTermRecord(t)
+	r = f.startReplica(needLab(t).DirectDSN(), "--fence")
+	ev := f.next(leasetest.Start)
+	if ev.Epoch == "" || !strings.HasPrefix(ev.FenceToken, "leasectl:9200018:"+ev.Epoch+":") || !strings.HasSuffix(ev.FenceToken, ":poller") {
+		t.Fatalf("the program got epoch %q and token %q", ev.Epoch, ev.FenceToken)
+	}
+	var epoch string
+	if err := pgtest.Conn(t, needLab(t).DirectDSN(), "").QueryRow(context.Background(), "SELECT leasectl.fence($1)::text", ev.FenceToken).Scan(&epoch); err != nil || epoch != ev.Epoch {
+		t.Errorf("leasectl.fence(%q) = %q, %v; want epoch %s", ev.FenceToken, epoch, err, ev.Epoch)
+	}
+	if code := r.stop(t); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+}

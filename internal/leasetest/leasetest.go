@@ -46,6 +46,8 @@ type Event struct {
 	Key        string `json:"key,omitempty"`
 	LeaseFD    string `json:"lease_fd,omitempty"`
 	FenceFD    string `json:"fence_fd,omitempty"`
+	Epoch      string `json:"epoch,omitempty"`
+	FenceToken string `json:"fence_token,omitempty"`
 	// At is when the listener received the event (its own clock).
 	At time.Time `json:"-"`
 }

@@ -77,6 +77,7 @@ func main() {
 			Kind: kind, Detail: detail, PID: os.Getpid(), PPID: os.Getppid(),
 			BackendPID: os.Getenv("LEASECTL_BACKEND_PID"), Role: os.Getenv("LEASECTL_ROLE"), Key: os.Getenv("LEASECTL_KEY"),
 			LeaseFD: fdKind("LEASECTL_LEASE_FD", 3), FenceFD: fdKind("LEASECTL_FENCE_FD", 4),
+			Epoch: os.Getenv("LEASECTL_EPOCH"), FenceToken: os.Getenv("LEASECTL_FENCE_TOKEN"),
 		}
 		if out != nil {
 			_ = out.Encode(ev)
