@@ -154,6 +154,10 @@ func TestFaults(t *testing.T) {
 		})
 	scenario("leasectl and its obituary SIGKILLed, then a restart (a dead leader)", strings.Join(shortFlags, " "), shortFlags,
 		func(t *testing.T, f *fleet, res *result) { deadLeader(t, f, res, p.frozenRounds) })
+	scenario("fencing: a frozen leader's program writes after the next term began", strings.Join(fenceFlags, " ")+"; writes through PgBouncer (transaction)", fenceFlags,
+		func(t *testing.T, f *fleet, res *result) { frozenLeaderWrites(t, f, res, p.frozenRounds) })
+	scenario("fencing: a fenced transaction open across the takeover", strings.Join(fenceFlags, " ")+"; writes through PgBouncer (transaction)", fenceFlags,
+		func(t *testing.T, f *fleet, res *result) { longFencedTransaction(t, f, res, p.frozenRounds) })
 	scenario("network partition of the leader", p.partitionSettings, p.partitionFlags,
 		func(t *testing.T, f *fleet, res *result) { partitions(t, f, res, p) })
 	scenario("three stand-bys stopped at once through PgBouncer 1.18 (session mode)", "defaults", nil,

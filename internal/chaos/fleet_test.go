@@ -222,8 +222,12 @@ type fleet struct {
 	flags []string
 	// witnessFlags are extra flags of every replica's witness.
 	witnessFlags []string
-	live         []*replica // running
-	all          []*replica // every replica it started
+	// noLock: the witnesses take no lock, where a scenario runs two
+	// programs at once by design (a leasectl frozen past its term's
+	// deadline) and checks their writes instead.
+	noLock bool
+	live   []*replica // running
+	all    []*replica // every replica it started
 }
 
 // newFleet returns an empty fleet whose replicas run with flags; they are
@@ -240,7 +244,11 @@ func (h *harness) newFleet(t *testing.T, flags ...string) *fleet {
 func (f *fleet) start(k kind, dsn string, ns *Netns) *replica {
 	f.t.Helper()
 	args := append([]string{"run", "--role", role, "-o", "json", "--restart"}, f.flags...)
-	args = append(append(args, "--", f.h.witness, "-lock", f.h.lock, "-notify", f.h.listener.Path), f.witnessFlags...)
+	args = append(args, "--", f.h.witness, "-notify", f.h.listener.Path)
+	if !f.noLock {
+		args = append(args, "-lock", f.h.lock)
+	}
+	args = append(args, f.witnessFlags...)
 	var cmd *exec.Cmd
 	if k == partitioned {
 		cmd = ns.Command(f.h.leasectl, args...)

@@ -33,6 +33,10 @@ const (
 	Overlap = "overlap" // another witness held the lock: two children at once
 	Failed  = "failed"  // it could not set itself up (Detail says why)
 	Exit    = "exit"    // with -stop-delay: it is about to exit after its stop delay
+	// With -write: the database refused a fenced write (Detail says how),
+	// or a write failed for another reason.
+	Refused   = "refused"
+	WriteFail = "write-failed"
 )
 
 // Event is one report of a witness.

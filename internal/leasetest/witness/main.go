@@ -23,7 +23,9 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -31,10 +33,14 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/internal/leasetest"
+	"github.com/leasectl/leasectl/lease"
 )
 
 func main() {
@@ -46,6 +52,8 @@ func main() {
 	daemon := flag.String("daemon", "", "start a daemon that holds the lock too: setsid or doublefork")
 	hold := flag.Bool("hold", false, "(the daemon) hold descriptor 3 until killed")
 	spawn := flag.Bool("spawn", false, "(the double fork's middle process) start the daemon and exit")
+	write := flag.String("write", "", "every 100 ms, write a row into chaos_writes on this DSN in a transaction fenced with LEASECTL_FENCE_TOKEN; report refusals")
+	writeHold := flag.Duration("write-hold", 0, "with -write: hold the first transaction open this long after its fence check, before it writes")
 	flag.Parse()
 	switch {
 	case *hold:
@@ -72,7 +80,10 @@ func main() {
 			fmt.Fprintln(os.Stderr, "witness:", err)
 		}
 	}
+	var reportMu sync.Mutex // the writer reports from a goroutine of its own
 	report := func(kind, detail string) {
+		reportMu.Lock()
+		defer reportMu.Unlock()
 		ev := leasetest.Event{
 			Kind: kind, Detail: detail, PID: os.Getpid(), PPID: os.Getppid(),
 			BackendPID: os.Getenv("LEASECTL_BACKEND_PID"), Role: os.Getenv("LEASECTL_ROLE"), Key: os.Getenv("LEASECTL_KEY"),
@@ -113,6 +124,9 @@ func main() {
 	report(leasetest.Start, "")
 	if *exit >= 0 {
 		os.Exit(*exit)
+	}
+	if *write != "" {
+		go writeLoop(*write, *writeHold, report)
 	}
 	for s := range sigs {
 		report(leasetest.Term, s.String())
@@ -159,4 +173,46 @@ func startDaemon(lock *os.File, flag string, env []string) error {
 		return fmt.Errorf("start the daemon: %w", err)
 	}
 	return cmd.Process.Release()
+}
+
+// writeLoop writes a row every 100 ms into chaos_writes on dsn, each in a
+// transaction that checks the term's fencing token first; the first one
+// holds its transaction open for hold after the check. It reports each
+// refusal (lease.StaleTermError) and each other failure.
+func writeLoop(dsn string, hold time.Duration, report func(kind, detail string)) {
+	ctx := context.Background()
+	token := os.Getenv("LEASECTL_FENCE_TOKEN")
+	cfg, err := dbconn.Parse(dsn, 5*time.Second)
+	if err != nil {
+		report(leasetest.Failed, err.Error())
+		return
+	}
+	var conn *pgx.Conn
+	for n := 0; ; n++ {
+		if conn == nil || conn.IsClosed() {
+			if conn, err = dbconn.Connect(ctx, cfg); err != nil {
+				report(leasetest.WriteFail, err.Error())
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			epoch, err := lease.Fence(ctx, tx, token)
+			if err != nil {
+				return err
+			}
+			if n == 0 && hold > 0 {
+				time.Sleep(hold)
+			}
+			_, err = tx.Exec(ctx, "INSERT INTO chaos_writes (epoch, pid) VALUES ($1, $2)", epoch, os.Getpid())
+			return err
+		})
+		switch {
+		case errors.As(err, new(*lease.StaleTermError)):
+			report(leasetest.Refused, err.Error())
+		case err != nil:
+			report(leasetest.WriteFail, err.Error())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
