@@ -23,16 +23,18 @@ func newFenceCmd(app *App) *cobra.Command {
 		Short: "Prepare a lease's database for fencing: the term record",
 		Long: `The fence commands create what fencing needs in the lease's own database.
 
-Today that is the term record, the schema leasectl: one row per role for its
-current term (leasectl.term) and one per term for its history
-(leasectl.term_history). A lease records each leadership there as a term:
+That is the term record, the schema leasectl: one row per role for its
+current term (leasectl.term), one per term for its history
+(leasectl.term_history), and leasectl.fence(token), which a program runs in
+its own transactions to have the database refuse its writes once a newer
+term has begun. A lease records each leadership there as a term:
 who led, from when to when, how it ended. A session-level advisory lock dies
 with its session; a row does not. So a new leader waits until the previous
 term has ended before its work starts, even when the server ended every
 session of the old leader at once (a restart, pg_terminate_backend by
 application name), which the lock alone cannot tell it. leasectl history
-reads the record. The fencing of the work's own writes by term, which comes
-next, builds on it.
+reads the record; leasectl run --fence gives the program its term's token
+(LEASECTL_FENCE_TOKEN).
 
 leasectl run creates the record itself when its role may; "fence init"
 creates it ahead of time, as a role that may, or prints its SQL for your
@@ -59,7 +61,8 @@ func newFenceInitCmd(app *App, runF func(*fenceInitOptions) error) *cobra.Comman
 		Use:   "init",
 		Short: "Create the term record (schema leasectl) in the lease's database",
 		Long: `Create the term record, the schema leasectl with its tables leasectl.term
-and leasectl.term_history, in the database of the DSN: the database the
+and leasectl.term_history and the function leasectl.fence, in the database
+of the DSN: the database the
 leases of your roles use (see leasectl fence --help for what it is for).
 
 It is idempotent: when the record exists already, init says so and exits 0.
