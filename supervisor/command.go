@@ -23,7 +23,7 @@ import (
 // The program starts only while the lease is held, directly (no shell), in
 // its own process group, with LEASECTL_ROLE, LEASECTL_KEY,
 // LEASECTL_BACKEND_PID, LEASECTL_PROGRAM_ID and, with the term record,
-// LEASECTL_EPOCH in its environment. It dies
+// LEASECTL_EPOCH and LEASECTL_FENCE_TOKEN in its environment. It dies
 // with this process (Pdeathsig SIGKILL, even when this process is
 // SIGKILLed) and inherits the lease session's socket as descriptor 3
 // (LEASECTL_LEASE_FD=3) and the stop fence session's as descriptor 4
@@ -205,7 +205,7 @@ func (c *Command) Work(ctx context.Context) error {
 		"LEASECTL_BACKEND_PID="+strconv.FormatUint(uint64(sess.BackendPID), 10),
 		programIDVar+"="+id)
 	if sess.Epoch > 0 {
-		env = append(env, "LEASECTL_EPOCH="+strconv.FormatInt(sess.Epoch, 10))
+		env = append(env, "LEASECTL_EPOCH="+strconv.FormatInt(sess.Epoch, 10), "LEASECTL_FENCE_TOKEN="+sess.FenceToken())
 	}
 	cmd := &exec.Cmd{
 		Path: c.Path, Args: c.Args, Dir: c.Dir,
