@@ -2,7 +2,6 @@ package lease_test
 
 import (
 	"os"
-	"sync"
 	"testing"
 
 	"github.com/leasectl/leasectl/internal/leasetest"
@@ -32,18 +31,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var (
-	witnessOnce sync.Once
-	witnessPath string
-	witnessErr  error
-)
+var witness leasetest.WitnessBuild
 
 // witnessBin builds the witness program once per test binary.
-func witnessBin(t *testing.T) string {
-	t.Helper()
-	witnessOnce.Do(func() { witnessPath, witnessErr = leasetest.Build(binDir) })
-	if witnessErr != nil {
-		t.Fatal(witnessErr)
-	}
-	return witnessPath
-}
+func witnessBin(t *testing.T) string { return witness.Get(t, binDir) }

@@ -2,7 +2,6 @@ package supervisor_test
 
 import (
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,21 +32,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-var (
-	witnessOnce sync.Once
-	witnessPath string
-	witnessErr  error
-)
+var witness leasetest.WitnessBuild
 
 // witnessBin builds the witness program once per test binary.
-func witnessBin(t *testing.T) string {
-	t.Helper()
-	witnessOnce.Do(func() { witnessPath, witnessErr = leasetest.Build(binDir) })
-	if witnessErr != nil {
-		t.Fatal(witnessErr)
-	}
-	return witnessPath
-}
+func witnessBin(t *testing.T) string { return witness.Get(t, binDir) }
 
 // keyIsFree reports whether another session could take key now.
 func keyIsFree(t *testing.T, key int64) bool {

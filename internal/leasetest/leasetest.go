@@ -257,3 +257,22 @@ func ObituaryOf(pid int) (int, bool) {
 	}
 	return 0, false
 }
+
+// WitnessBuild builds the witness program once per test binary: a test
+// package's TestMain owns the directory, and its tests share the binary.
+type WitnessBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// Get builds the witness into dir the first time, and returns its path;
+// a failed build fails tb.
+func (b *WitnessBuild) Get(tb testing.TB, dir string) string {
+	tb.Helper()
+	b.once.Do(func() { b.path, b.err = Build(dir) })
+	if b.err != nil {
+		tb.Fatal(b.err)
+	}
+	return b.path
+}
