@@ -64,6 +64,28 @@ func (k Key) Int4s() (k1, k2 int32) {
 // once (pg_terminate_backend).
 func (k Key) Fence() Key { return Key{Form: Pair, ID: k.ID} }
 
+// PresenceMask is what Presence XORs into a key's high half: the bytes
+// "pres".
+const PresenceMask int64 = 0x70726573 << 32
+
+// Presence is the presence lock of the bigint key k: a two-int4 key, k
+// with PresenceMask XORed in, that every replica of a group run serving
+// k's role holds in shared mode (pg_advisory_lock_shared) for as long as it
+// stands by or leads. Shared holders never block each other; pg_locks then
+// shows which replicas wait for a role that nobody queues for, how many
+// replicas share the roles, and whom to spread them over.
+func (k Key) Presence() Key { return Key{Form: Pair, ID: k.ID ^ PresenceMask} }
+
+// PresenceOf returns the bigint role key whose presence lock p is, and
+// whether p is of that form at all (a shared two-int4 lock is not
+// necessarily one).
+func PresenceOf(p Key) (Key, bool) {
+	if p.Form != Pair {
+		return Key{}, false
+	}
+	return Key{Form: Bigint, ID: p.ID ^ PresenceMask}, true
+}
+
 // String renders k the way leasectl prints and parses it: "k" for the
 // bigint form, "k1,k2" for the pair form.
 func (k Key) String() string {

@@ -32,6 +32,11 @@ func ResignedChannel(key int64) string { return "leasectl_resigned_" + strconv.F
 type ResignRequest struct {
 	PID uint32 `json:"pid"`
 	ID  string `json:"id"`
+	// Drain asks a group run (run --procfile) to step down from every role
+	// it leads and to stop taking roles until it restarts: a node drain
+	// (leasectl failover --replica). A single-role lease treats it as a
+	// plain request.
+	Drain bool `json:"drain,omitempty"`
 }
 
 // ResignAck is a leader's answer to a ResignRequest: it stops its work
