@@ -1,8 +1,9 @@
-// Package leasehttp serves the state of one lease (package lease) over
-// HTTP: Prometheus metrics at /metrics, and the health checks /healthz
-// and /readyz that Kubernetes probes ask. It is what `leasectl run
-// --metrics-addr` serves, for any program that holds a lease with
-// lease.Run, supervisor.Run or supervisor.Command.
+// Package leasehttp serves the state of a lease (package lease), or of the
+// leases of many roles in one process, over HTTP: Prometheus metrics at
+// /metrics, and the health checks /healthz and /readyz that Kubernetes
+// probes ask. It is what `leasectl run --metrics-addr` serves, for any
+// program that holds a lease with lease.Run, supervisor.Run or
+// supervisor.Command.
 //
 // Wire a [Metrics] into the lease's hooks, and wrap the lease's log
 // handler with [Metrics.LogHandler]:
@@ -12,6 +13,28 @@
 //	cfg.OnStateChange = m.OnStateChange
 //	cfg.OnHeartbeat = m.OnHeartbeat
 //	stop, err := leasehttp.Serve("127.0.0.1:9464", m.Handler(), cfg.Logger)
+//
+// A process that runs the leases of many roles from one lease loop, over
+// shared sessions (`leasectl run --procfile`), serves them all with a
+// [Set]: a [Metrics] per role, added with [Set.Add], whose OnStart and
+// OnRestart are wired to that role's program; the loop's hooks go to the
+// Set, which routes each state change to its role by key and counts a
+// heartbeat or a log record as a sign of life of every role:
+//
+//	s := leasehttp.NewSet(leasehttp.HealthWindow(cfg, grace))
+//	for _, r := range roles {
+//		m := s.Add(r.Role, r.Key)
+//		r.Command.OnStart = m.OnStart
+//		r.Restart.OnRestart = m.OnRestart
+//	}
+//	logger := slog.New(s.LogHandler(slog.NewTextHandler(os.Stderr, nil)))
+//	// the loop's OnStateChange is s.OnStateChange, its OnHeartbeat s.OnHeartbeat
+//	stop, err := leasehttp.Serve("127.0.0.1:9464", s.Handler(), logger)
+//
+// A Set's /metrics has each metric family once, with the series of every
+// role; its /readyz is 200 when every role is ready, and its /healthz and
+// /readyz bodies have a line per role with its state, such as
+// `role="poller" key="1840000001" leading`.
 //
 // Liveness and readiness answer different questions. /readyz is the
 // lease's state: ready while connected to a primary it may lead on,
@@ -36,9 +59,12 @@
 package leasehttp
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"sort"
@@ -54,8 +80,11 @@ import (
 // through its hooks, and its handlers answer /metrics, /healthz and
 // /readyz. It is safe for concurrent use.
 type Metrics struct {
-	mu          sync.Mutex
+	mu sync.Mutex
+	// labels are the series' labels, `role="poller",key="1"`; ident is
+	// the lease as /readyz of a [Set] names it, `role="poller" key="1"`.
 	labels      string
+	ident       string
 	leading     bool
 	transitions map[lease.State]int
 	lastBeat    time.Time
@@ -90,6 +119,7 @@ func New(role string, key int64, window time.Duration) *Metrics {
 	}
 	m := &Metrics{
 		labels:      fmt.Sprintf(`role="%s",key="%d"`, escapeLabel(role), key),
+		ident:       fmt.Sprintf(`role="%s" key="%d"`, escapeLabel(role), key),
 		transitions: map[lease.State]int{},
 		staleAfter:  window,
 		now:         time.Now,
@@ -197,20 +227,15 @@ func (m *Metrics) Handler() http.Handler {
 // process restarted), and through a restart policy's wait; 503 once it has
 // been silent for longer than its window or the lease has stopped for good.
 func (m *Metrics) ServeHealth(w http.ResponseWriter, _ *http.Request) {
-	m.mu.Lock()
-	state, quiet, limit, restartIn := m.state, m.now().Sub(m.lastActivity), m.staleAfter, m.restartIn
-	m.mu.Unlock()
-	name := stateName(state)
-	if restartIn > 0 {
-		name, limit = "restarting", limit+restartIn
-	}
+	st := m.status()
+	over, quiet, limit := liveness([]status{st}, time.Time{}, m.now(), m.staleAfter)
 	switch {
-	case state == lease.Stopped && restartIn == 0:
+	case over:
 		httpStatus(w, http.StatusServiceUnavailable, "stopped: the lease has ended and will not run again")
 	case quiet > limit:
-		httpStatus(w, http.StatusServiceUnavailable, fmt.Sprintf("stuck: the lease loop has shown no sign of life for %s (limit %s)", quiet.Round(time.Second), limit))
+		httpStatus(w, http.StatusServiceUnavailable, stuck(quiet, limit))
 	default:
-		httpStatus(w, http.StatusOK, fmt.Sprintf("ok: %s, last sign of life %s ago", name, quiet.Round(time.Millisecond)))
+		httpStatus(w, http.StatusOK, fmt.Sprintf("ok: %s, last sign of life %s ago", st.name(), quiet.Round(time.Millisecond)))
 	}
 }
 
@@ -219,18 +244,10 @@ func (m *Metrics) ServeHealth(w http.ResponseWriter, _ *http.Request) {
 // connects, is refused (a standby, a transaction-mode pooler) or has
 // stopped.
 func (m *Metrics) ServeReady(w http.ResponseWriter, _ *http.Request) {
-	m.mu.Lock()
-	state, restarting := m.state, m.restartIn > 0
-	m.mu.Unlock()
-	name := stateName(state)
-	if restarting {
-		name = "restarting"
-	}
-	switch {
-	case state == lease.Leading || state == lease.StandingBy:
-		httpStatus(w, http.StatusOK, "ready: "+string(state))
-	default:
-		httpStatus(w, http.StatusServiceUnavailable, "not ready: "+name+" (ready once leading or standing by on a primary)")
+	if ready, name := m.status().readiness(); ready {
+		httpStatus(w, http.StatusOK, "ready: "+name)
+	} else {
+		httpStatus(w, http.StatusServiceUnavailable, "not ready: "+name+readyHint)
 	}
 }
 
@@ -240,35 +257,14 @@ func (m *Metrics) ServeReady(w http.ResponseWriter, _ *http.Request) {
 // leasectl_lease_program_starts_total and, once there was one,
 // leasectl_lease_heartbeat_age_seconds, each labelled with role and key.
 func (m *Metrics) ServeMetrics(w http.ResponseWriter, _ *http.Request) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	leading := 0
-	if m.leading {
-		leading = 1
-	}
-	fmt.Fprintf(w, "# HELP leasectl_lease_leader 1 while this replica holds the lease, else 0.\n# TYPE leasectl_lease_leader gauge\nleasectl_lease_leader{%s} %d\n", m.labels, leading)
-	fmt.Fprintf(w, "# HELP leasectl_lease_epoch Epoch of the term this replica leads or last led; 0 before it led a term.\n# TYPE leasectl_lease_epoch gauge\nleasectl_lease_epoch{%s} %d\n", m.labels, m.epoch)
-	fmt.Fprintf(w, "# HELP leasectl_lease_transitions_total State changes of the lease, by the state entered.\n# TYPE leasectl_lease_transitions_total counter\n")
-	states := make([]string, 0, len(m.transitions))
-	for s := range m.transitions {
-		states = append(states, string(s))
-	}
-	sort.Strings(states)
-	for _, s := range states {
-		fmt.Fprintf(w, "leasectl_lease_transitions_total{%s,state=%q} %d\n", m.labels, s, m.transitions[lease.State(s)])
-	}
-	fmt.Fprintf(w, "# HELP leasectl_lease_leaderless_seconds_total Seconds the role had no term before each term this replica began, summed.\n# TYPE leasectl_lease_leaderless_seconds_total counter\nleasectl_lease_leaderless_seconds_total{%s} %.3f\n", m.labels, m.leaderless.Seconds())
-	fmt.Fprintf(w, "# HELP leasectl_lease_program_starts_total Times the program was started.\n# TYPE leasectl_lease_program_starts_total counter\nleasectl_lease_program_starts_total{%s} %d\n", m.labels, m.children)
-	if !m.lastBeat.IsZero() {
-		fmt.Fprintf(w, "# HELP leasectl_lease_heartbeat_age_seconds Seconds since the last round trip that proved the lease session alive.\n# TYPE leasectl_lease_heartbeat_age_seconds gauge\nleasectl_lease_heartbeat_age_seconds{%s} %.3f\n", m.labels, time.Since(m.lastBeat).Seconds())
-	}
+	writeMetrics(w, []values{m.values()})
 }
 
-// Serve serves h (usually [Metrics.Handler]) on addr until the returned
-// function is called, which shuts the server down within a second. It logs
-// the metrics URL ("serving metrics") to logger, so that a port chosen by
-// the system (addr ":0") can be found. The error is net.Listen's.
+// Serve serves h (usually [Metrics.Handler] or [Set.Handler]) on addr
+// until the returned function is called, which shuts the server down
+// within a second. It logs the metrics URL ("serving metrics") to logger,
+// so that a port chosen by the system (addr ":0") can be found. The error
+// is net.Listen's.
 func Serve(addr string, h http.Handler, logger *slog.Logger) (stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -284,6 +280,167 @@ func Serve(addr string, h http.Handler, logger *slog.Logger) (stop func(), err e
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
+}
+
+// status is a lease's state as the health checks judge it.
+type status struct {
+	ident        string
+	state        lease.State
+	restartIn    time.Duration
+	lastActivity time.Time
+}
+
+func (m *Metrics) status() status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return status{ident: m.ident, state: m.state, restartIn: m.restartIn, lastActivity: m.lastActivity}
+}
+
+// name is the state /healthz and /readyz report: "starting" before the
+// first state, "restarting" through a restart policy's wait.
+func (st status) name() string {
+	if st.restartIn > 0 {
+		return "restarting"
+	}
+	return stateName(st.state)
+}
+
+// readiness says whether the lease is ready, leading or standing by on a
+// primary, and names its state.
+func (st status) readiness() (ready bool, name string) {
+	if st.state == lease.Leading || st.state == lease.StandingBy {
+		return true, string(st.state)
+	}
+	return false, st.name()
+}
+
+// over says the lease has stopped and no restart is pending.
+func (st status) over() bool { return st.state == lease.Stopped && st.restartIn == 0 }
+
+// readyHint follows the state of a lease that is not ready.
+const readyHint = " (ready once leading or standing by on a primary)"
+
+// liveness judges a lease loop that runs the leases of sts, as /healthz
+// does: over when every lease (at least one) has stopped for good; quiet
+// is how long ago the loop last showed a sign of life (the latest of the
+// leases' and last), and limit how long it may stay quiet: window, grown
+// by a restart policy's wait while every lease that will run again waits
+// for one, by the shortest wait (the run after it ends the quiet).
+func liveness(sts []status, last, now time.Time, window time.Duration) (over bool, quiet, limit time.Duration) {
+	var wait time.Duration
+	over, waiting := len(sts) > 0, len(sts) > 0
+	for _, st := range sts {
+		if st.lastActivity.After(last) {
+			last = st.lastActivity
+		}
+		if st.over() {
+			continue
+		}
+		over = false
+		switch {
+		case st.restartIn == 0:
+			waiting = false
+		case wait == 0 || st.restartIn < wait:
+			wait = st.restartIn
+		}
+	}
+	limit = window
+	if waiting {
+		limit += wait
+	}
+	return over, now.Sub(last), limit
+}
+
+func stuck(quiet, limit time.Duration) string {
+	return fmt.Sprintf("stuck: the lease loop has shown no sign of life for %s (limit %s)", quiet.Round(time.Second), limit)
+}
+
+// values are a lease's metrics at one moment, as /metrics writes them.
+type values struct {
+	labels      string
+	leading     bool
+	epoch       int64
+	transitions map[lease.State]int
+	leaderless  time.Duration
+	children    int
+	lastBeat    time.Time
+}
+
+func (m *Metrics) values() values {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return values{labels: m.labels, leading: m.leading, epoch: m.epoch, transitions: maps.Clone(m.transitions),
+		leaderless: m.leaderless, children: m.children, lastBeat: m.lastBeat}
+}
+
+// family is one metric family of /metrics: its HELP and TYPE lines, and
+// how to write one lease's samples. A sparse family is left out when no
+// lease has a sample of it.
+type family struct {
+	head    string
+	sparse  bool
+	samples func(w io.Writer, v *values)
+}
+
+var families = []family{
+	{head: "# HELP leasectl_lease_leader 1 while this replica holds the lease, else 0.\n# TYPE leasectl_lease_leader gauge\n",
+		samples: func(w io.Writer, v *values) {
+			leading := 0
+			if v.leading {
+				leading = 1
+			}
+			fmt.Fprintf(w, "leasectl_lease_leader{%s} %d\n", v.labels, leading)
+		}},
+	{head: "# HELP leasectl_lease_epoch Epoch of the term this replica leads or last led; 0 before it led a term.\n# TYPE leasectl_lease_epoch gauge\n",
+		samples: func(w io.Writer, v *values) {
+			fmt.Fprintf(w, "leasectl_lease_epoch{%s} %d\n", v.labels, v.epoch)
+		}},
+	{head: "# HELP leasectl_lease_transitions_total State changes of the lease, by the state entered.\n# TYPE leasectl_lease_transitions_total counter\n",
+		samples: func(w io.Writer, v *values) {
+			states := make([]string, 0, len(v.transitions))
+			for s := range v.transitions {
+				states = append(states, string(s))
+			}
+			sort.Strings(states)
+			for _, s := range states {
+				fmt.Fprintf(w, "leasectl_lease_transitions_total{%s,state=%q} %d\n", v.labels, s, v.transitions[lease.State(s)])
+			}
+		}},
+	{head: "# HELP leasectl_lease_leaderless_seconds_total Seconds the role had no term before each term this replica began, summed.\n# TYPE leasectl_lease_leaderless_seconds_total counter\n",
+		samples: func(w io.Writer, v *values) {
+			fmt.Fprintf(w, "leasectl_lease_leaderless_seconds_total{%s} %.3f\n", v.labels, v.leaderless.Seconds())
+		}},
+	{head: "# HELP leasectl_lease_program_starts_total Times the program was started.\n# TYPE leasectl_lease_program_starts_total counter\n",
+		samples: func(w io.Writer, v *values) {
+			fmt.Fprintf(w, "leasectl_lease_program_starts_total{%s} %d\n", v.labels, v.children)
+		}},
+	{head: "# HELP leasectl_lease_heartbeat_age_seconds Seconds since the last round trip that proved the lease session alive.\n# TYPE leasectl_lease_heartbeat_age_seconds gauge\n",
+		sparse: true,
+		samples: func(w io.Writer, v *values) {
+			if !v.lastBeat.IsZero() {
+				fmt.Fprintf(w, "leasectl_lease_heartbeat_age_seconds{%s} %.3f\n", v.labels, time.Since(v.lastBeat).Seconds())
+			}
+		}},
+}
+
+// writeMetrics writes the metrics of leases vs in Prometheus' text format:
+// each family's HELP and TYPE once, followed by the samples of every
+// lease, in the order of vs.
+func writeMetrics(w http.ResponseWriter, vs []values) {
+	var out, samples bytes.Buffer
+	for _, f := range families {
+		samples.Reset()
+		for i := range vs {
+			f.samples(&samples, &vs[i])
+		}
+		if f.sparse && samples.Len() == 0 {
+			continue
+		}
+		out.WriteString(f.head)
+		out.Write(samples.Bytes())
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	_, _ = w.Write(out.Bytes())
 }
 
 func stateName(s lease.State) string {
