@@ -267,7 +267,7 @@ func (c *Command) Work(ctx context.Context) error {
 		c.OnStart(pid)
 	}
 	if sess.TermID != "" {
-		c.Obituary.begin(sess.Key, sess.TermID, sess.Epoch, tree)
+		c.Obituary.begin(sess.Role, sess.Key, sess.TermID, sess.Epoch, tree)
 		// Deferred before the reaper's stop: runs after the tree is gone.
 		defer c.Obituary.end(sess.TermID)
 	}

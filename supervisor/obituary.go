@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,10 +10,12 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/internal/term"
 )
@@ -38,7 +41,8 @@ func IsObituary() bool { return os.Getenv(obituaryEnv) != "" }
 
 // obituaryNote is one message to the obituary.
 type obituaryNote struct {
-	// Hello: the first message.
+	// Hello: the first message. Role is also on Begin: the role of the
+	// term's lease (the hello's names them all).
 	DSN    string `json:"dsn,omitempty"`
 	Role   string `json:"role,omitempty"`
 	Format string `json:"format,omitempty"`
@@ -120,9 +124,9 @@ func (o *Obituary) PID() int {
 }
 
 // begin tells the obituary that program pid (of tree id, started at start)
-// runs under term termID of key.
-func (o *Obituary) begin(key int64, termID string, epoch int64, t *programTree) {
-	o.send(obituaryNote{Event: "begin", Key: key, TermID: termID, Epoch: epoch, PID: t.pid, ProgramID: t.id, Start: t.start})
+// runs under term termID of key, the lease of role.
+func (o *Obituary) begin(role string, key int64, termID string, epoch int64, t *programTree) {
+	o.send(obituaryNote{Event: "begin", Role: role, Key: key, TermID: termID, Epoch: epoch, PID: t.pid, ProgramID: t.id, Start: t.start})
 }
 
 // end tells the obituary that the program of term termID and its whole
@@ -151,16 +155,23 @@ func (o *Obituary) Close() {
 
 // ServeObituary is the obituary process: it reads notes until its pipe
 // closes, and then, unless it was told goodbye, stops what is left of the
-// last program's tree and records the end of its term. It returns the
-// process's exit code.
+// programs' trees and records the end of their terms. It returns the
+// process's exit code: 1 when a term's end could not be recorded.
+//
+// It tracks a term per key, the last one a program began under: one
+// process may run several leases (a group run, a role each), all with this
+// obituary. A term stays tracked after its program is gone ("end"), since
+// this process may die before it records the term's end; it is forgotten
+// when a newer term of its key begins, which the term record lets begin
+// only once the older one has ended (or passed its deadline).
 func ServeObituary() int {
 	in := os.NewFile(3, "obituary")
 	if in == nil {
 		return 2
 	}
 	var hello obituaryNote
-	var cur *obituaryNote // the last term a program ran under
-	programGone := true
+	terms := map[string]*obituaryTerm{} // by TermID
+	seq := 0
 	bye := false
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64*1024), 1<<20)
@@ -173,74 +184,155 @@ func ServeObituary() int {
 		case "":
 			hello = n
 		case "begin":
-			cur, programGone = &n, false
+			for id, t := range terms {
+				if t.note.Key == n.Key && id != n.TermID {
+					delete(terms, id)
+				}
+			}
+			seq++
+			terms[n.TermID] = &obituaryTerm{note: n, seq: seq}
 		case "end":
-			if cur != nil && cur.TermID == n.TermID {
-				programGone = true
+			if t := terms[n.TermID]; t != nil {
+				t.programGone = true
 			}
 		case "bye":
 			bye = true
 		}
 	}
-	if bye || cur == nil {
+	if bye || len(terms) == 0 {
 		return 0
 	}
 	died := time.Now()
-	log := obituaryLogger(hello)
-	if !programGone {
-		t := &programTree{pid: cur.PID, id: cur.ProgramID, start: cur.Start}
-		t.signal(syscall.SIGKILL)
-		for deadline := time.Now().Add(10 * time.Second); len(t.members()) > 0; {
-			if time.Now().After(deadline) {
-				log.Error("the killed leader's program is still there 10s after SIGKILL; not recording the end of its term (the next leader waits for its deadline)", "pid", cur.PID)
-				return 1
-			}
-			t.signal(syscall.SIGKILL)
-			time.Sleep(5 * time.Millisecond)
+	list := make([]*obituaryTerm, 0, len(terms))
+	for _, t := range terms {
+		t.log = obituaryLogger(hello, cmp.Or(t.note.Role, hello.Role))
+		list = append(list, t)
+	}
+	slices.SortFunc(list, func(a, b *obituaryTerm) int { return a.seq - b.seq })
+
+	// SIGKILL to every program's tree at once, then wait for them all,
+	// within one bound.
+	var running []*obituaryTerm
+	for _, t := range list {
+		if !t.programGone {
+			t.tree = &programTree{pid: t.note.PID, id: t.note.ProgramID, start: t.note.Start}
+			t.tree.signal(syscall.SIGKILL)
+			running = append(running, t)
 		}
 	}
-	if err := recordKilled(hello, cur, died, log); err != nil {
-		log.Error("cannot record the end of the killed leader's term; the next leader waits for its deadline", "epoch", cur.Epoch, "err", err.Error())
-		return 1
+	code := 0
+	for deadline := time.Now().Add(10 * time.Second); len(running) > 0; {
+		running = slices.DeleteFunc(running, func(t *obituaryTerm) bool { return len(t.tree.members()) == 0 })
+		if len(running) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			for _, t := range running {
+				t.stuck = true
+				t.log.Error("the killed leader's program is still there 10s after SIGKILL; not recording the end of its term (the next leader waits for its deadline)", "pid", t.note.PID)
+			}
+			code = 1
+			break
+		}
+		for _, t := range running {
+			t.tree.signal(syscall.SIGKILL)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	return 0
+
+	var gone []*obituaryTerm
+	for _, t := range list {
+		if !t.stuck {
+			gone = append(gone, t)
+		}
+	}
+	for t, err := range recordKilled(hello, gone, died) {
+		t.log.Error("cannot record the end of the killed leader's term; the next leader waits for its deadline", "epoch", t.note.Epoch, "err", err.Error())
+		code = 1
+	}
+	return code
 }
 
-// recordKilled records the end of term n, retrying for a while: the
-// server may be restarting.
-func recordKilled(hello obituaryNote, n *obituaryNote, died time.Time, log *slog.Logger) error {
+// obituaryTerm is a term ServeObituary tracks.
+type obituaryTerm struct {
+	note        obituaryNote // its "begin"
+	seq         int          // the order of the begins
+	programGone bool         // its program's tree is gone ("end")
+	tree        *programTree // the tree it killed, if any
+	stuck       bool         // the tree outlived SIGKILL
+	log         *slog.Logger // with the term's role
+}
+
+// recordKilled records the end of each of terms, on one connection while
+// that works, retrying for a while: the server may be restarting. It
+// returns why, for each term whose end it could not record.
+func recordKilled(hello obituaryNote, terms []*obituaryTerm, died time.Time) map[*obituaryTerm]error {
+	failed := map[*obituaryTerm]error{}
+	if len(terms) == 0 {
+		return failed
+	}
 	cfg, err := dbconn.Parse(hello.DSN, 5*time.Second)
 	if err != nil {
-		return err
+		for _, t := range terms {
+			failed[t] = err
+		}
+		return failed
 	}
 	cfg.RuntimeParams["application_name"] = "leasectl obituary " + hello.Role
-	var last error
-	for delay, until := 50*time.Millisecond, time.Now().Add(2*time.Minute); time.Now().Before(until); delay = min(2*delay, 2*time.Second) {
-		last = func() error {
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+	}()
+	pending := terms
+	for delay, until := 50*time.Millisecond, time.Now().Add(2*time.Minute); ; delay = min(2*delay, 2*time.Second) {
+		if conn == nil || conn.IsClosed() {
+			if conn != nil {
+				_ = conn.Close(context.Background())
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			conn, err := dbconn.Connect(ctx, cfg)
+			conn, err = dbconn.Connect(ctx, cfg)
+			cancel()
 			if err != nil {
-				return err
+				conn = nil
+				for _, t := range pending {
+					failed[t] = err
+				}
 			}
-			defer conn.Close(context.Background())
-			open, err := term.End(ctx, conn, n.Key, n.TermID, term.Killed, time.Since(died))
-			if err == nil && open {
-				log.Info("the leader was killed; its program is gone: recorded the end of its term", "epoch", n.Epoch)
+		}
+		if conn != nil {
+			var left []*obituaryTerm
+			for _, t := range pending {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				open, err := term.End(ctx, conn, t.note.Key, t.note.TermID, term.Killed, time.Since(died))
+				cancel()
+				switch {
+				case err == nil:
+					delete(failed, t)
+					if open {
+						t.log.Info("the leader was killed; its program is gone: recorded the end of its term", "epoch", t.note.Epoch)
+					}
+				case errors.Is(err, term.ErrNoSchema):
+					failed[t] = err // retrying will not help
+				default:
+					failed[t] = err
+					left = append(left, t)
+				}
 			}
-			return err
-		}()
-		if last == nil || errors.Is(last, term.ErrNoSchema) {
-			return last
+			pending = left
+		}
+		if len(pending) == 0 || !time.Now().Before(until) {
+			return failed
 		}
 		time.Sleep(delay)
 	}
-	return last
 }
 
-func obituaryLogger(hello obituaryNote) *slog.Logger {
+// obituaryLogger logs in hello's format, for role.
+func obituaryLogger(hello obituaryNote, role string) *slog.Logger {
 	if hello.Format == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("schema_version", 1, "role", hello.Role, "obituary_pid", os.Getpid())
+		return slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("schema_version", 1, "role", role, "obituary_pid", os.Getpid())
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, nil)).With("role", hello.Role, "obituary_pid", os.Getpid())
+	return slog.New(slog.NewTextHandler(os.Stderr, nil)).With("role", role, "obituary_pid", os.Getpid())
 }
