@@ -200,15 +200,15 @@ const maxNameLen = 63
 
 // sessionConfigs returns the configs of the lease session, which reports
 // notifications to onNote, and of the stop fence session, each with its
-// application_name unless the DSN sets one.
-func (c Config) sessionConfigs(onNote pgconn.NotificationHandler) (main, fence *pgx.ConnConfig) {
+// application_name unless the DSN sets one; the fence session's name ends
+// in suffix.
+func (c Config) sessionConfigs(onNote pgconn.NotificationHandler, suffix string) (main, fence *pgx.ConnConfig) {
 	main, fence = c.ConnConfig.Copy(), c.ConnConfig.Copy()
 	name := main.RuntimeParams["application_name"]
 	if name == "" {
 		name = c.ApplicationName
 		main.RuntimeParams["application_name"] = truncateName(name, maxNameLen)
 	}
-	const suffix = " fence"
 	fence.RuntimeParams["application_name"] = truncateName(name, maxNameLen-len(suffix)) + suffix
 	main.OnNotification = onNote
 	return main, fence

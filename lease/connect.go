@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
-	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
 )
@@ -106,7 +105,7 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 		// lost: record it first (a row update is safe over any
 		// connection). Then the probe, whose connection A is the lease
 		// session itself: a reconnect needs three connections, not four.
-		r.recordPending(ctx, s.main)
+		r.onPending(ctx, s.main)
 		probeErr = r.probe(ctx, s.main, preferHost(r.cfg.ConnConfig, r.primary))
 	}
 	fence := <-fenceCh
@@ -121,7 +120,7 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 	if s.info.InRecovery {
 		return nil, &RefusedError{BackendPID: s.info.BackendPID, Standby: true, Reason: "the server is a standby (pg_is_in_recovery): advisory locks there fence nothing on the primary; point the DSN at the primary (target_session_attrs=primary)"}
 	}
-	r.recordPending(ctx, s.main) // with a preflight of its own
+	r.onPending(ctx, s.main) // with a preflight of its own
 	if probeErr != nil {
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
@@ -152,10 +151,7 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 	if err := setupSession(sctx, s.main, s.info.VersionNum, tcp); err != nil {
 		return nil, err
 	}
-	if err := locks.Listen(sctx, s.main, locks.ResignChannel(r.cfg.Key)); err != nil {
-		return nil, err
-	}
-	if err := locks.Listen(sctx, s.main, term.Channel(r.cfg.Key)); err != nil {
+	if err := locks.ListenAll(sctx, s.main, r.listen); err != nil {
 		return nil, err
 	}
 	r.record = r.checkRecord(sctx, s)
@@ -168,6 +164,15 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 	s.mainSent, s.fenceSent = time.Now(), time.Now()
 	r.markAlive()
 	return s, nil
+}
+
+// onPending records the ends of terms lost with earlier sessions, on conn.
+func (r *runner) onPending(ctx context.Context, conn *pgx.Conn) {
+	if r.pending != nil {
+		r.pending(ctx, conn)
+		return
+	}
+	r.recordPending(ctx, conn)
 }
 
 // closeOnDone closes conn's socket when ctx ends, until the returned

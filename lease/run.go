@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/locks"
 )
 
@@ -36,7 +37,8 @@ func Run(ctx context.Context, cfg Config, work func(ctx context.Context) error) 
 	r := &runner{cfg: c, work: work, key: locks.BigintKey(c.Key), fence: locks.BigintKey(c.Key).Fence(),
 		log:   c.Logger.With("role", c.Role, "key", c.Key),
 		notes: make(chan *pgconn.Notification, 16)}
-	r.mainCfg, r.fenceCfg = c.sessionConfigs(r.onNotification)
+	r.mainCfg, r.fenceCfg = c.sessionConfigs(r.onNotification, " fence")
+	r.listen = []string{locks.ResignChannel(c.Key), term.Channel(c.Key)}
 	defer r.setState(Stopped, 0, nil)
 	defer r.recordPendingOnExit()
 	return r.run(ctx)
@@ -76,6 +78,17 @@ type runner struct {
 	// evictDenied: the server refused to end a stale holder's session,
 	// which was logged once.
 	evictDenied bool
+
+	// listen are the channels the lease session LISTENs on. A group's
+	// runner (group.go) also sets serve, which replaces onConnection,
+	// pending, which replaces recordPending at a connect, and broadcast,
+	// which passes its state changes on to the roles; quiet makes
+	// setState report without logging.
+	listen    []string
+	serve     func(ctx context.Context, s *sessions) outcome
+	pending   func(ctx context.Context, conn *pgx.Conn)
+	broadcast func(to State, pid uint32, err error)
+	quiet     bool
 }
 
 // outcome is how one connection's stand-by and leadership ended.
@@ -98,6 +111,24 @@ func (r *runner) setState(to State, pid uint32, err error, attrs ...any) {
 	if err != nil {
 		attrs = append(attrs, "err", err.Error())
 	}
+	switch {
+	case r.quiet:
+	case r.broadcast != nil:
+		r.log.Info(string(to), attrs...)
+	default:
+		r.logState(ch, to, attrs)
+	}
+	if r.broadcast != nil {
+		r.broadcast(to, pid, err)
+		return
+	}
+	if r.cfg.OnStateChange != nil {
+		r.cfg.OnStateChange(ch)
+	}
+}
+
+// logState logs a state change of a lease.
+func (r *runner) logState(ch Change, to State, attrs []any) {
 	switch to {
 	case Refused:
 		r.log.Error("refusing to lead over this connection", attrs...)
@@ -117,9 +148,6 @@ func (r *runner) setState(to State, pid uint32, err error, attrs ...any) {
 		}
 	case Stopped:
 		r.log.Info("stopped", attrs...)
-	}
-	if r.cfg.OnStateChange != nil {
-		r.cfg.OnStateChange(ch)
 	}
 }
 
@@ -209,7 +237,11 @@ func (r *runner) run(ctx context.Context) error {
 			continue
 		}
 		failures, r.loginRefusals = 0, 0
-		out := r.onConnection(ctx, s)
+		serve := r.onConnection
+		if r.serve != nil {
+			serve = r.serve
+		}
+		out := serve(ctx, s)
 		s.close(r.cfg.HeartbeatTimeout)
 		if out.final {
 			return out.err

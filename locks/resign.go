@@ -73,6 +73,19 @@ func Listen(ctx context.Context, conn *pgx.Conn, channel string) error {
 	return nil
 }
 
+// ListenAll makes conn's session LISTEN on every channel, in one round
+// trip.
+func ListenAll(ctx context.Context, conn *pgx.Conn, channels []string) error {
+	b := &pgx.Batch{}
+	for _, ch := range channels {
+		b.Queue("LISTEN " + pgx.Identifier{ch}.Sanitize())
+	}
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("listen on %d channel(s): %w", len(channels), err)
+	}
+	return nil
+}
+
 // Notify sends v, encoded as JSON, on channel (pg_notify; delivered when
 // the statement's transaction commits, at once outside a transaction).
 func Notify(ctx context.Context, q Querier, channel string, v any) error {
