@@ -36,6 +36,7 @@ type runOptions struct {
 	Fence             bool
 	LogFormat         string
 	MetricsAddr       string
+	Procfile          string
 	Command           []string
 
 	keyFlag keyFlag
@@ -46,7 +47,7 @@ type runOptions struct {
 func newRunCmd(app *App, runF func(*runOptions) error) *cobra.Command {
 	opts := &runOptions{app: app}
 	c := &cobra.Command{
-		Use:   "run --role ROLE [flags] -- CMD [ARGS...]",
+		Use:   "run (--role ROLE | --procfile FILE) [flags] [-- CMD [ARGS...]]",
 		Short: "Run a command only while this replica holds the role's lease",
 		Long: `Run CMD only while this replica holds the role's lease: a session-level
 advisory lock on the role's key from keys.yaml (or --key).
@@ -119,6 +120,12 @@ Linux container.`,
   leasectl run --role scheduler -o json --metrics-addr :9464 -- ./scheduler
   leasectl run --key 1840000042 --restart -- python3 sweep.py`,
 		Args: func(c *cobra.Command, args []string) error {
+			if opts.Procfile != "" {
+				if len(args) > 0 {
+					return usageErrorf("--procfile runs the commands of the Procfile: give no command after it (found %q)", strings.Join(args, " "))
+				}
+				return nil
+			}
 			if len(args) == 0 {
 				return usageErrorf("%q needs a command to run after --, e.g. leasectl run --role poller -- ./poller", c.CommandPath())
 			}
@@ -139,12 +146,16 @@ Linux container.`,
 			if runF != nil {
 				return runF(opts)
 			}
+			if opts.Procfile != "" {
+				return runGroup(c.Context(), opts)
+			}
 			return runRun(c.Context(), opts)
 		},
 	}
 	f := c.Flags()
 	f.SetInterspersed(false) // everything from CMD on belongs to CMD, with or without --
 	f.StringVar(&opts.Role, "role", "", "role whose lease to hold, from keys.yaml")
+	f.StringVar(&opts.Procfile, "procfile", "", "run every role of a Procfile (ROLE: COMMAND ARGS... per line) in this one process, over shared sessions")
 	opts.keyFlag = keyFlag{noPairWhy: "a lease holds a bigint key (its stop fence is the two-int4 form of the same 64 bits): give one 64-bit integer"}
 	f.Var(&opts.keyFlag, "key", "advisory key to hold instead of a role's, in decimal or 0x hex")
 	f.DurationVar(&opts.Grace, "grace", lease.DefaultStopTimeout, "time CMD and what it started have after the first signal before SIGKILL")
@@ -161,6 +172,9 @@ Linux container.`,
 	_ = c.RegisterFlagCompletionFunc("role", completeOneRole(app))
 	return c
 }
+
+// signaler passes a signal on to the running programs.
+type signaler interface{ Signal(sig syscall.Signal) bool }
 
 // errStopped is the cause of the lease's context when leasectl was told to
 // stop.
@@ -273,8 +287,12 @@ func roleName(role string, key int64) string {
 }
 
 func (o *runOptions) validate() error {
-	if (o.Role == "") == (o.Key == nil) {
-		return usageErrorf("give exactly one of --role ROLE (from keys.yaml) or --key N")
+	switch {
+	case o.Procfile != "" && (o.Role != "" || o.Key != nil):
+		return usageErrorf("give either --procfile FILE or --role ROLE (or --key N), not both: the Procfile names the roles")
+	case o.Procfile != "":
+	case (o.Role == "") == (o.Key == nil):
+		return usageErrorf("give exactly one of --role ROLE (from keys.yaml), --key N or --procfile FILE")
 	}
 	for _, d := range []struct {
 		name string
@@ -320,7 +338,7 @@ func (o *runOptions) roleKey() (string, int64, error) {
 // stops the lease as well. leasectl's own signal handling also cancels
 // ctx, but without saying which signal, so the lease's context is detached
 // from ctx and this handler decides.
-func stopOnSignals(ctx context.Context, proc *supervisor.Command, logger *slog.Logger) (context.Context, func()) {
+func stopOnSignals(ctx context.Context, proc signaler, logger *slog.Logger) (context.Context, func()) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	leaseCtx, stop := context.WithCancelCause(context.WithoutCancel(ctx))

@@ -163,6 +163,7 @@ type group struct {
 	// replicas is the number of sessions holding the group's presence
 	// locks at the last poll, this one included.
 	replicas  int
+	counted   time.Time
 	overSince time.Time
 	ticks     int
 	nextBeat  time.Time
@@ -395,8 +396,8 @@ func (gr *group) poll(ctx context.Context) error {
 			mine++
 		}
 	}
-	if len(cands) == 0 && gr.ticks%20 != 0 {
-		return nil // nothing to try; count the replicas now and then
+	if len(cands) == 0 && now.Sub(gr.counted) < time.Second {
+		return nil // nothing to try; count the replicas every second
 	}
 	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	keys := make([]int64, len(cands))
@@ -419,7 +420,7 @@ func (gr *group) poll(ctx context.Context) error {
 	if p.PID != gr.s.info.BackendPID || !p.Server.SameServer(gr.s.info.Identity()) || p.Server.InRecovery {
 		return fmt.Errorf("a poll for keys ran on backend pid %d of %s, not on this session's pid %d of %s: something between client and server moves its statements", p.PID, p.Server, gr.s.info.BackendPID, gr.s.info.Identity())
 	}
-	gr.replicas = p.Replicas
+	gr.replicas, gr.counted = p.Replicas, time.Now()
 	gr.r.markAlive()
 	for _, k := range p.Won {
 		m := gr.byKey[k]

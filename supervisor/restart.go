@@ -69,3 +69,29 @@ func Run(ctx context.Context, cfg lease.Config, work func(context.Context) error
 		}
 	}
 }
+
+// Again returns p as the Again of a group's role (lease.GroupRole): the
+// same rule as Run's, with onRestart, when not nil, called before each
+// wait instead of p.OnRestart.
+func (p RestartPolicy) Again(onRestart func(err error, delay time.Duration)) func(error) (time.Duration, bool) {
+	if !p.Restart {
+		return nil
+	}
+	delay := p.Delay
+	if delay <= 0 {
+		delay = lease.DefaultRetryInterval
+	}
+	if onRestart == nil {
+		onRestart = p.OnRestart
+	}
+	return func(err error) (time.Duration, bool) {
+		var exit *ExitError
+		if err != nil && !errors.As(err, &exit) {
+			return 0, false
+		}
+		if onRestart != nil {
+			onRestart(err, delay)
+		}
+		return delay, true
+	}
+}

@@ -97,13 +97,7 @@ func hasEnv(pid int, kv []byte) bool {
 func (t *programTree) members() []proc {
 	if t.descendants {
 		if all, ok := liveDescendants(os.Getpid()); ok {
-			out := all[:0]
-			for _, p := range all {
-				if !isHelper(p.pid) {
-					out = append(out, p)
-				}
-			}
-			return out
+			return t.own(all)
 		}
 	}
 	self := os.Getpid()
@@ -125,18 +119,77 @@ func (t *programTree) members() []proc {
 	return out
 }
 
+// own picks the tree's members from this subreaper's descendants. With one
+// program, every descendant but the helpers is the program's. With several
+// (a group run), a descendant belongs to the program under which it runs,
+// or, when its program has exited and it was reparented here, to the
+// program whose id it carries; one that carries no program's id at all
+// cannot be told apart and counts as every program's, so that it never
+// outlives the lease it may belong to.
+func (t *programTree) own(all []descendant) []proc {
+	owned.mu.Lock()
+	others := 0
+	roots := make(map[int]bool, len(owned.pids))
+	for pid := range owned.pids {
+		if !owned.helpers[pid] {
+			roots[pid] = true
+			if pid != t.pid {
+				others++
+			}
+		}
+	}
+	owned.mu.Unlock()
+	kv := []byte(programIDVar + "=" + t.id)
+	var out []proc
+	for _, d := range all {
+		switch {
+		case isHelper(d.pid) || isHelper(d.top):
+		case others == 0 || d.top == t.pid:
+			out = append(out, d.proc)
+		case roots[d.top]:
+			// Another program's.
+		case hasEnv(d.pid, kv) || !hasEnvPrefix(d.pid, []byte(programIDVar+"=")):
+			out = append(out, d.proc)
+		}
+	}
+	return out
+}
+
+// hasEnvPrefix reports whether process pid's initial environment has a
+// variable that begins with prefix.
+func hasEnvPrefix(pid int, prefix []byte) bool {
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	for _, v := range bytes.Split(env, []byte{0}) {
+		if bytes.HasPrefix(v, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// descendant is a live descendant of this process, with top, the child of
+// this process under which it runs (itself for a child).
+type descendant struct {
+	proc
+	top int
+}
+
 // liveDescendants returns the descendants of root that are not zombies,
 // from the children lists of /proc/PID/task/TID/children; false when the
 // kernel does not provide them.
-func liveDescendants(root int) ([]proc, bool) {
-	var out []proc
-	queue := []int{root}
+func liveDescendants(root int) ([]descendant, bool) {
+	var out []descendant
+	type node struct{ pid, top int }
+	queue := []node{{root, 0}}
 	seen := map[int]bool{root: true}
 	for len(queue) > 0 {
-		pid := queue[0]
+		n := queue[0]
 		queue = queue[1:]
-		kids, ok := children(pid)
-		if !ok && pid == root {
+		kids, ok := children(n.pid)
+		if !ok && n.pid == root {
 			return nil, false
 		}
 		for _, k := range kids {
@@ -144,9 +197,13 @@ func liveDescendants(root int) ([]proc, bool) {
 				continue
 			}
 			seen[k] = true
-			queue = append(queue, k)
+			top := n.top
+			if n.pid == root {
+				top = k
+			}
+			queue = append(queue, node{k, top})
 			if p, ok := readProc(k); ok && !p.zombie {
-				out = append(out, p)
+				out = append(out, descendant{p, top})
 			}
 		}
 	}
