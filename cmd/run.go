@@ -111,12 +111,23 @@ sessions on the server are set to outlive a silent client by that plus
 --grace (tcp_user_timeout), so two CMDs never run at once because of a
 partition.
 
+--procfile FILE runs every role of a Procfile (lines ROLE: COMMAND ARGS...,
+comments after #, no shell) in this one process instead: each role's command runs
+only while this replica holds that role's key, with everything above, per
+role. All roles share one lease session and one stop fence session (both
+named "leasectl run FILE@HOST"); stand-bys poll for the keys every 50ms and
+the replicas spread the roles among themselves. A role missing from
+keys.yaml is an input error naming FILE:LINE. The flags apply to every role;
+without --restart a role whose command exits ends on this replica, and
+leasectl exits once every role has ended.
+
 Systems: everything above holds on Linux. On macOS there is no Pdeathsig and
 no child subreaper: if leasectl is SIGKILLed, CMD runs on (and keeps the key
 held until it exits, so no other replica leads beside it), and a daemon that
 double-forks escapes. On Windows leasectl run refuses (exit 2); run it in a
 Linux container.`,
 		Example: `  leasectl run --role poller -- ./poller --batch 100
+  leasectl run --procfile Procfile --metrics-addr :9464
   leasectl run --role scheduler -o json --metrics-addr :9464 -- ./scheduler
   leasectl run --key 1840000042 --restart -- python3 sweep.py`,
 		Args: func(c *cobra.Command, args []string) error {

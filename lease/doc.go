@@ -57,6 +57,11 @@
 // is the moment to advance a fencing token that the program's own
 // transactions check.
 //
+// [RunGroup] runs many roles over one lease session and one stop fence
+// session: the lease session holds the key of every role it leads, and a
+// stand-by, which cannot queue for many keys on one session, polls for them
+// and spreads the roles over the replicas.
+//
 // Package supervisor runs an external program as a lease's work, the way
 // `leasectl run` does. Package lease/leasehttp serves a lease's Prometheus
 // metrics and its /healthz and /readyz checks, as `leasectl run
