@@ -21,8 +21,10 @@ import (
 // presence lock of every role it serves (locks.Key.Presence). A session can
 // wait in the server's lock queue for one key only, so a group stands by by
 // polling: every PollInterval one statement tries the keys it waits for
-// with pg_try_advisory_lock, no more of them than its fair share, and
-// counts the replicas that share its roles from their presence locks.
+// with pg_try_advisory_lock, and it keeps no more of those it won than its
+// fair share. It counts the replicas that share its roles by their
+// presence locks every second, and at once when it won more than its
+// share.
 //
 // The spread: with N roles over R replicas the fair share is ceil(N/R). A
 // replica below it takes free keys up to it at every poll; one at its
@@ -30,10 +32,10 @@ import (
 // to it), and any free key every twentieth (replicas serving different
 // roles). A replica that leads more than its share + 1 for
 // rebalanceSettle steps down from the roles above its share, gracefully:
-// the term rules apply as to any step-down. The replicas count comes from
-// the same statement that tries the keys, so when a replica dies, the
-// others see it gone and their shares grow at the same instant its keys
-// come free.
+// the term rules apply as to any step-down. When a replica dies, its keys
+// and its presence locks go at the same instant: a survivor that wins more
+// keys than its share counts again before it keeps any, and releases the
+// rest at once for the others.
 
 // DefaultPollInterval is how often a group's stand-by tries the keys it
 // waits for.
@@ -373,8 +375,11 @@ func (gr *group) takePresence(ctx context.Context) error {
 	return nil
 }
 
-// poll tries the keys of the roles waiting here, up to the fair share,
-// and counts the replicas.
+// poll tries the keys of the roles waiting here and keeps up to the fair
+// share of them. The replicas are counted every second, and at once when
+// more keys came free than the share allows (a replica died: the count
+// has dropped with its presence locks); keys won beyond the share are
+// released at once, for the others.
 func (gr *group) poll(ctx context.Context) error {
 	if gr.draining {
 		return nil
@@ -396,39 +401,79 @@ func (gr *group) poll(ctx context.Context) error {
 			mine++
 		}
 	}
-	if len(cands) == 0 && now.Sub(gr.counted) < time.Second {
-		return nil // nothing to try; count the replicas every second
+	qctx, cancel := context.WithTimeout(ctx, gr.r.cfg.HeartbeatTimeout)
+	defer cancel()
+	if now.Sub(gr.counted) >= time.Second {
+		if err := gr.countReplicas(qctx, presence); err != nil {
+			return err
+		}
+	}
+	if len(cands) == 0 {
+		return nil
 	}
 	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 	keys := make([]int64, len(cands))
 	for i, m := range cands {
 		keys[i] = m.Key
 	}
-	extra := 0
-	switch {
-	case gr.ticks%20 == 0:
-		extra = len(cands)
-	case gr.ticks%5 == 0:
-		extra = 1
-	}
-	qctx, cancel := context.WithTimeout(ctx, gr.r.cfg.HeartbeatTimeout)
-	defer cancel()
-	p, err := locks.PollKeys(qctx, gr.s.main, presence, keys, active, mine, extra)
+	p, err := locks.TryKeys(qctx, gr.s.main, keys)
 	if err != nil {
 		return err
 	}
 	if p.PID != gr.s.info.BackendPID || !p.Server.SameServer(gr.s.info.Identity()) || p.Server.InRecovery {
+		// Whatever it won is held by someone else's backend, if anyone's:
+		// never unlock it from here.
 		return fmt.Errorf("a poll for keys ran on backend pid %d of %s, not on this session's pid %d of %s: something between client and server moves its statements", p.PID, p.Server, gr.s.info.BackendPID, gr.s.info.Identity())
 	}
-	gr.replicas, gr.counted = p.Replicas, time.Now()
 	gr.r.markAlive()
-	for _, k := range p.Won {
-		m := gr.byKey[k]
-		if m == nil || m.phase != idle {
-			continue
+	if len(p.Won) == 0 {
+		return nil
+	}
+	keep := gr.quota(active, mine, len(cands))
+	if len(p.Won) > keep {
+		if err := gr.countReplicas(qctx, presence); err != nil {
+			return err
 		}
+		keep = gr.quota(active, mine, len(cands))
+	}
+	keep = min(keep, len(p.Won))
+	if extra := p.Won[keep:]; len(extra) > 0 {
+		if err := locks.UnlockKeys(qctx, gr.s.main, extra); err != nil {
+			return err
+		}
+	}
+	for _, k := range p.Won[:keep] {
+		m := gr.byKey[k]
 		m.phase, m.heldAt, m.fenceLogged, m.termLogged = holding, time.Now(), false, false
 	}
+	return nil
+}
+
+// quota is how many of the free keys this replica keeps: up to its fair
+// share of the active roles; at its share, one every fifth poll (a role a
+// failover moved to it) and any every twentieth (replicas that serve other
+// roles).
+func (gr *group) quota(active, mine, cands int) int {
+	fair := (active + max(gr.replicas, 1) - 1) / max(gr.replicas, 1)
+	switch {
+	case fair > mine:
+		return fair - mine
+	case gr.ticks%20 == 0:
+		return cands
+	case gr.ticks%5 == 0:
+		return 1
+	}
+	return 0
+}
+
+// countReplicas counts the sessions that hold the group's presence locks,
+// this one included.
+func (gr *group) countReplicas(ctx context.Context, presence []locks.Key) error {
+	n, err := locks.CountHolders(ctx, gr.s.main, presence)
+	if err != nil {
+		return err
+	}
+	gr.replicas, gr.counted = n, time.Now()
 	return nil
 }
 

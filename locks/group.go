@@ -10,57 +10,72 @@ import (
 
 // The statements of a group lease (lease.RunGroup): one session holds the
 // keys of many roles, so a stand-by cannot wait in the server's lock queue
-// for all of them and polls with pg_try_advisory_lock instead, and the
-// heartbeat proves every hold at once.
+// for all of them and polls with pg_try_advisory_lock instead, counts the
+// replicas by their presence locks, and the heartbeat proves every hold at
+// once.
 
-// Poll is what one poll of a group's stand-by saw: the replicas that share
-// its roles (distinct sessions holding their presence locks), and the keys
-// it won, on the backend and server that ran the statement.
+// Poll is what one poll of a group's stand-by saw: the keys it won, on the
+// backend and server that ran the statement.
 type Poll struct {
-	Replicas int
-	Won      []int64
-	PID      uint32
-	Server   dbconn.Identity
+	Won    []int64
+	PID    uint32
+	Server dbconn.Identity
 }
 
-// pollSQL counts the sessions holding any of the presence locks $1 (the
-// 64-bit IDs of two-int4 keys), and tries the bigint keys $2 in order,
-// stopping after ceil($3 / replicas) - $4 wins, or $5 when that is not
-// positive and $5 > 0: the fair share of $3 roles, less the $4 this
-// session leads. The LIMIT stops the try-locks once enough are won.
-const pollSQL = `WITH present AS (
-  SELECT count(DISTINCT pid) AS n FROM pg_locks
-   WHERE locktype = 'advisory' AND granted AND mode = 'ShareLock' AND objsubid = 2
-     AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-     AND ((classid::bigint << 32) | objid::bigint) = ANY ($1::int8[])
-), quota AS (
-  SELECT n, CASE WHEN ceil($3::numeric / greatest(n, 1))::int - $4::int > 0
-                 THEN ceil($3::numeric / greatest(n, 1))::int - $4::int
-                 ELSE $5::int END AS q FROM present
-), won AS (
-  SELECT k FROM unnest($2::int8[]) WITH ORDINALITY AS c(k, i)
-   WHERE pg_try_advisory_lock(k)
-   ORDER BY i
-   LIMIT (SELECT q FROM quota)
-)
-SELECT (SELECT n FROM quota), coalesce((SELECT array_agg(k) FROM won), '{}'),
-       pg_backend_pid(), ` + dbconn.IdentityColumns
-
-// PollKeys runs pollSQL: roles is how many roles the group serves, mine how
-// many of their keys this session holds, and extra how many to try for
-// when the session has its fair share already (0: none).
-func PollKeys(ctx context.Context, conn *pgx.Conn, presence []Key, candidates []int64, roles, mine, extra int) (Poll, error) {
+// TryKeys tries the bigint keys in one statement and returns the ones this
+// session now holds. Trying a key that is held costs next to nothing; the
+// caller keeps what it wants of the rest and unlocks the others
+// (UnlockKeys).
+//
+// It runs 20 times a second on every stand-by, so it is a prepared
+// statement (parsing and planning it each time costs four times as much
+// on the server): conn must be a session of its own, which a lease's
+// proven session is.
+func TryKeys(ctx context.Context, conn *pgx.Conn, keys []int64) (Poll, error) {
 	var p Poll
-	ids := make([]int64, len(presence))
-	for i, k := range presence {
-		ids[i] = k.ID
+	if _, err := conn.Prepare(ctx, tryKeysName, tryKeysSQL); err != nil {
+		return p, fmt.Errorf("poll for keys: %w", err)
 	}
-	err := conn.QueryRow(ctx, pollSQL, ids, candidates, roles, mine, extra).
-		Scan(append([]any{&p.Replicas, &p.Won, &p.PID}, p.Server.Dest()...)...)
+	err := conn.QueryRow(ctx, tryKeysName, keys).Scan(append([]any{&p.Won, &p.PID}, p.Server.Dest()...)...)
 	if err != nil {
 		return p, fmt.Errorf("poll for keys: %w", err)
 	}
 	return p, nil
+}
+
+const (
+	tryKeysName = "leasectl_try_keys"
+	tryKeysSQL  = `SELECT coalesce((SELECT array_agg(k ORDER BY i) FROM unnest($1::int8[]) WITH ORDINALITY AS c(k, i)
+                    WHERE pg_try_advisory_lock(k)), '{}'),
+       pg_backend_pid(), ` + dbconn.IdentityColumns
+)
+
+// UnlockKeys releases one hold of each bigint key.
+func UnlockKeys(ctx context.Context, conn *pgx.Conn, keys []int64) error {
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(k) FROM unnest($1::int8[]) AS k`, keys); err != nil {
+		return fmt.Errorf("release keys: %w", err)
+	}
+	return nil
+}
+
+// CountHolders returns how many sessions hold any of the two-int4 keys
+// (presence locks) in shared mode. It reads pg_locks, which costs about a
+// millisecond with a few hundred locks: a group counts once a second, and
+// when it won more keys than its share.
+func CountHolders(ctx context.Context, conn *pgx.Conn, presence []Key) (int, error) {
+	ids := make([]int64, len(presence))
+	for i, k := range presence {
+		ids[i] = k.ID
+	}
+	var n int
+	err := conn.QueryRow(ctx, `SELECT count(DISTINCT pid) FROM pg_locks
+ WHERE locktype = 'advisory' AND granted AND mode = 'ShareLock' AND objsubid = 2
+   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+   AND ((classid::bigint << 32) | objid::bigint) = ANY ($1::int8[])`, ids).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count the replicas: %w", err)
+	}
+	return n, nil
 }
 
 // TryLockPairs tries the two-int4 keys (stop fences) in order and returns
