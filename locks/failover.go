@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,9 +17,13 @@ import (
 	"github.com/leasectl/leasectl/dbconn"
 )
 
-// Name is how messages name the lease: its role, else "key K".
+// Name is how messages name the lease: its role, else "key K"; a presence
+// lock's line, "presence of ROLE".
 func (l RoleLocks) Name() string {
-	if l.Role != "" {
+	switch {
+	case l.PresenceOf != nil:
+		return "presence of " + l.PresenceOf.Name()
+	case l.Role != "":
 		return l.Role
 	}
 	return "key " + l.Key.String()
@@ -61,6 +67,12 @@ type Target struct {
 	Holder Claimant
 	// Now is the server's clock at the lookup, for the holder's ages.
 	Now time.Time
+	// Group is set when the holder is the lease session of a group run
+	// (it holds the key's presence lock): the replica, with every role it
+	// leads and waits for. Ending that session moves every role it leads at
+	// once, so [Target.Failover] terminates it only with Force. Nil for any
+	// other holder.
+	Group *Replica
 }
 
 // FindTarget looks up the server and the holder of key in one connection;
@@ -71,7 +83,7 @@ func FindTarget(ctx context.Context, conn *pgx.Conn, key Key, roles map[int64]st
 	if err != nil {
 		return nil, err
 	}
-	snap, err := Read(ctx, conn, Filter{Keys: []Key{key}})
+	snap, err := Read(ctx, conn, Filter{Keys: []Key{key}, Presence: true})
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +92,34 @@ func FindTarget(ctx context.Context, conn *pgx.Conn, key Key, roles map[int64]st
 		return nil, err
 	}
 	t.ViaProxy = conn.PgConn().PID() != server.BackendPID
+	if t.Locks.LedByGroup() {
+		// Which other roles it leads: every lock of the database, once.
+		all, err := Read(ctx, conn, Filter{All: true})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range all.Replicas(roles) {
+			if r.Session.PID == t.Holder.PID && r.Group {
+				t.Group = &r
+			}
+		}
+	}
 	return t, nil
+}
+
+// OtherLeads are the roles that the target's holder leads besides the
+// target's, when it is a group's lease session (Group); nil otherwise.
+func (t *Target) OtherLeads() []RoleRef {
+	if t.Group == nil {
+		return nil
+	}
+	var out []RoleRef
+	for _, l := range t.Group.Leads {
+		if l.Key != t.Locks.Key {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // NewTarget decides whether lease, as read from server at now, can be
@@ -122,6 +161,23 @@ type FailoverOptions struct {
 	Poll time.Duration
 	// Force terminates the holder at once, without asking it to step down.
 	Force bool
+	// Drain sets Drain on the requests to step down (ResignRequest): a
+	// group run steps down from every role it leads and takes no roles
+	// until it restarts (failover --replica).
+	Drain bool
+}
+
+func (o FailoverOptions) withDefaults() FailoverOptions {
+	if o.TerminateTimeout <= 0 {
+		o.TerminateTimeout = 5 * time.Second
+	}
+	if o.Wait <= 0 {
+		o.Wait = 15 * time.Second
+	}
+	if o.Poll <= 0 {
+		o.Poll = 10 * time.Millisecond
+	}
+	return o
 }
 
 // The ways a failover went.
@@ -199,150 +255,331 @@ func (f *Failover) Origin() time.Time {
 // then for the key to be released, as long as the leader said its work may
 // take to stop. A leader that does not answer, or does not release the key
 // in that time, is terminated ([Terminate], which re-checks it atomically),
-// as it is at once with o.Force. Then it waits up to o.Wait for another
-// session to take the key ([AwaitTakeover]).
+// as it is at once with o.Force; but a group's lease session (Group) is
+// terminated only with o.Force, since that moves every role it leads, and
+// without it the error wraps [ErrNoResignAnswer]. Then it waits up to
+// o.Wait for another session to take the key ([AwaitTakeover]).
 //
 // When nothing was done (the request could not be sent and the termination
 // failed, or the holder changed), the result is nil. When the key was
 // released but no session took over within o.Wait, the result describes
 // what was done and the error wraps [ErrNoTakeover].
 func (t *Target) Failover(ctx context.Context, conn *pgx.Conn, o FailoverOptions) (*Failover, error) {
-	if o.TerminateTimeout <= 0 {
-		o.TerminateTimeout = 5 * time.Second
-	}
-	if o.Wait <= 0 {
-		o.Wait = 15 * time.Second
-	}
-	if o.Poll <= 0 {
-		o.Poll = 10 * time.Millisecond
-	}
-	res := &Failover{Target: t}
-	if !o.Force {
-		res.Resign = &Resignation{}
-		tk, err := t.resign(ctx, conn, o, res.Resign)
-		switch {
-		case err == nil:
-			res.Path, res.Takeover = PathGraceful, &tk
-			return res, nil
-		case res.Resign.Released:
-			res.Path = PathGraceful
-			return res, fmt.Errorf("%s: %w", t.Locks.Name(), err)
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		}
-		res.Resign.Fallback = err.Error()
-	}
-	res.Path = PathTerminate
-	term, err := Terminate(ctx, conn, t.Locks.Key, t.Holder, o.TerminateTimeout)
-	if err != nil {
-		return nil, fmt.Errorf("fail over %s: %w", t.Locks.Name(), err)
-	}
-	res.Termination = &term
-	tk, err := AwaitTakeover(ctx, conn, t.Locks.Key, t.Holder, term, AwaitOptions{
-		Within: o.Wait, Poll: o.Poll, ReadTimeout: o.TerminateTimeout,
-	})
-	if err != nil {
-		return res, fmt.Errorf("%s: %w", t.Locks.Name(), err)
-	}
-	res.Takeover = &tk
-	return res, nil
+	res, errs := FailoverAll(ctx, conn, []*Target{t}, o)
+	return res[0], errs[0]
 }
 
-// resign asks the holder to step down and waits for its answer, for the
-// key's release and for a new holder. Its error says why the failover
-// should terminate instead (wrapping ErrNoResignAnswer), unless rs.Released:
-// then the key was released and only the takeover failed.
-func (t *Target) resign(ctx context.Context, conn *pgx.Conn, o FailoverOptions, rs *Resignation) (Takeover, error) {
-	if t.Locks.Key.Form != Bigint {
-		return Takeover{}, fmt.Errorf("%w: leases hold bigint keys, and %s is in the two-int4 form", ErrNoResignAnswer, t.Locks.Key)
+// FailoverAll moves the leases of targets, each as [Target.Failover] does
+// for one, but all at once: it asks every holder to step down from every
+// key first (with o.Drain a group run then steps down from every role it
+// leads), then waits for all the keys together, so that each takeover is
+// measured from its own request while the others go on. A holder that must
+// be terminated is terminated once, for all its keys ([Terminate] guarded by
+// one of them), and then the takeover of each of its keys is awaited
+// ([AwaitTakeover]). The results and errors are those of each target, in
+// order; a nil result means nothing was done for it.
+func FailoverAll(ctx context.Context, conn *pgx.Conn, targets []*Target, o FailoverOptions) ([]*Failover, []error) {
+	o = o.withDefaults()
+	n := len(targets)
+	res, errs := make([]*Failover, n), make([]error, n)
+	var kill []int // the targets whose holders are to be terminated
+	for i, t := range targets {
+		res[i] = &Failover{Target: t}
 	}
-	key := t.Locks.Key.ID
-	id, err := nonce()
-	if err != nil {
-		return Takeover{}, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, o.TerminateTimeout)
-	defer cancel()
-	if err := Listen(rctx, conn, ResignedChannel(key)); err != nil {
-		return Takeover{}, fmt.Errorf("%w: %v", ErrNoResignAnswer, err)
-	}
-	defer func() {
-		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.TerminateTimeout)
-		defer cancel()
-		_, _ = conn.Exec(uctx, "UNLISTEN "+pgx.Identifier{ResignedChannel(key)}.Sanitize())
-	}()
-	payload, err := json.Marshal(ResignRequest{PID: uint32(t.Holder.PID), ID: id})
-	if err != nil {
-		return Takeover{}, err
-	}
-	rs.Sent = time.Now()
-	if err := conn.QueryRow(rctx, "SELECT statement_timestamp() FROM (SELECT pg_notify($1, $2)) n", ResignChannel(key), string(payload)).Scan(&rs.ServerStart); err != nil {
-		return Takeover{}, fmt.Errorf("%w: send the request: %v", ErrNoResignAnswer, err)
-	}
-	// The answer: a notification on the resigned channel with our id.
-	for {
-		n, err := conn.WaitForNotification(rctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return Takeover{}, ctx.Err()
-			}
-			if rctx.Err() != nil && !conn.IsClosed() {
-				return Takeover{}, fmt.Errorf("%w within %s (an older leasectl, or a hung leader)", ErrNoResignAnswer, o.TerminateTimeout)
-			}
-			return Takeover{}, fmt.Errorf("%w: %v", ErrNoResignAnswer, err)
+	if o.Force {
+		for i := range targets {
+			kill = append(kill, i)
 		}
-		if n.Channel != ResignedChannel(key) {
-			continue
+	} else {
+		rss := make([]*Resignation, n)
+		for i := range targets {
+			res[i].Resign = &Resignation{}
+			rss[i] = res[i].Resign
 		}
-		if ack, err := ParseResignAck(n.Payload); err == nil && ack.ID == id {
-			rs.Answered, rs.AnswerTook, rs.Ack = true, time.Since(rs.Sent), ack
+		tks, rerrs := resignAll(ctx, conn, targets, rss, o)
+		for i, t := range targets {
+			switch err := rerrs[i]; {
+			case err == nil:
+				res[i].Path, res[i].Takeover = PathGraceful, &tks[i]
+			case rss[i].Released:
+				res[i].Path, errs[i] = PathGraceful, fmt.Errorf("%s: %w", t.Locks.Name(), err)
+			case ctx.Err() != nil:
+				res[i], errs[i] = nil, ctx.Err()
+			case t.Group != nil:
+				res[i], errs[i] = nil, t.groupRefusal(err)
+			default:
+				rss[i].Fallback = err.Error()
+				kill = append(kill, i)
+			}
+		}
+	}
+	if len(kill) == 0 {
+		return res, errs
+	}
+	// One termination per holder, for all its keys.
+	var await []int
+	terms := make([]Termination, n)
+	for len(kill) > 0 {
+		i := kill[0]
+		same := func(j int) bool { return !IsTakeover(targets[i].Holder, targets[j].Holder) }
+		var group, rest []int
+		for _, j := range kill {
+			if same(j) {
+				group = append(group, j)
+			} else {
+				rest = append(rest, j)
+			}
+		}
+		kill = rest
+		for g, j := range group {
+			t := targets[j]
+			res[j].Path = PathTerminate
+			term, err := Terminate(ctx, conn, t.Locks.Key, t.Holder, o.TerminateTimeout)
+			if errors.Is(err, ErrHolderChanged) && g < len(group)-1 {
+				// It let go of this key: guard the termination by the next.
+				res[j], errs[j] = nil, fmt.Errorf("fail over %s: %w", t.Locks.Name(), err)
+				continue
+			}
+			if err != nil {
+				for _, k := range group[g:] {
+					res[k], errs[k] = nil, fmt.Errorf("fail over %s: %w", targets[k].Locks.Name(), err)
+				}
+				break
+			}
+			for _, k := range group[g:] {
+				res[k].Path, res[k].Termination, terms[k] = PathTerminate, &term, term
+				await = append(await, k)
+			}
 			break
 		}
 	}
-	// The leader stops its work, then releases the key: allow it the stop
+	// The keys of one holder go free together: waiting for them in turn,
+	// each against the same deadline from its termination, loses nothing.
+	for _, i := range await {
+		t := targets[i]
+		tk, err := AwaitTakeover(ctx, conn, t.Locks.Key, t.Holder, terms[i], AwaitOptions{
+			Within: o.Wait, Poll: o.Poll, ReadTimeout: o.TerminateTimeout,
+		})
+		if err != nil {
+			errs[i] = fmt.Errorf("%s: %w", t.Locks.Name(), err)
+			continue
+		}
+		res[i].Takeover = &tk
+	}
+	return res, errs
+}
+
+// groupRefusal is why a group's lease session that did not step down (err)
+// is not terminated without Force.
+func (t *Target) groupRefusal(err error) error {
+	also := ""
+	if others := t.OtherLeads(); len(others) > 0 {
+		names := make([]string, len(others))
+		for i, r := range others {
+			names[i] = r.Name()
+		}
+		also = ", which also leads " + strings.Join(names, ", ") + ","
+	}
+	return fmt.Errorf("%s: %w; pid %d is the lease session of group replica %q%s and terminating it would move every role it leads at once: nothing was terminated (a forced failover, --force, does that)",
+		t.Locks.Name(), err, t.Holder.PID, t.Group.Session.Application, also)
+}
+
+// ask is one request to step down: to the lease session pid, on the resign
+// channel of key.
+type ask struct {
+	key int64
+	pid int32
+	id  string
+	rs  *Resignation
+	err error
+}
+
+// askAll sends each request of asks (with drain, as a drain) and waits up to
+// timeout for their answers: each gets its answer in rs, or its err
+// (wrapping ErrNoResignAnswer, or ctx's error).
+func askAll(ctx context.Context, conn *pgx.Conn, asks []*ask, drain bool, timeout time.Duration) {
+	pending := 0
+	for _, a := range asks {
+		if a.err != nil {
+			continue
+		}
+		if a.id, a.err = nonce(); a.err == nil {
+			pending++
+		}
+	}
+	fail := func(err error) {
+		for _, a := range asks {
+			if a.err == nil && !a.rs.Answered {
+				a.err = err
+			}
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var listening []string
+	defer func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		for _, ch := range listening {
+			_, _ = conn.Exec(uctx, "UNLISTEN "+pgx.Identifier{ch}.Sanitize())
+		}
+	}()
+	for _, a := range asks {
+		if ch := ResignedChannel(a.key); a.err == nil && !slices.Contains(listening, ch) {
+			if err := Listen(rctx, conn, ch); err != nil {
+				fail(fmt.Errorf("%w: %v", ErrNoResignAnswer, err))
+				return
+			}
+			listening = append(listening, ch)
+		}
+	}
+	for _, a := range asks {
+		if a.err != nil {
+			continue
+		}
+		payload, err := json.Marshal(ResignRequest{PID: uint32(a.pid), ID: a.id, Drain: drain})
+		if err != nil {
+			a.err, pending = err, pending-1
+			continue
+		}
+		a.rs.Sent = time.Now()
+		if err := conn.QueryRow(rctx, "SELECT statement_timestamp() FROM (SELECT pg_notify($1, $2)) n", ResignChannel(a.key), string(payload)).Scan(&a.rs.ServerStart); err != nil {
+			a.err, pending = fmt.Errorf("%w: send the request: %v", ErrNoResignAnswer, err), pending-1
+		}
+	}
+	// The answers: notifications on the resigned channels with our ids.
+	for pending > 0 {
+		n, err := conn.WaitForNotification(rctx)
+		if err != nil {
+			switch {
+			case ctx.Err() != nil:
+				fail(ctx.Err())
+			case rctx.Err() != nil && !conn.IsClosed():
+				fail(fmt.Errorf("%w within %s (an older leasectl, or a hung leader)", ErrNoResignAnswer, timeout))
+			default:
+				fail(fmt.Errorf("%w: %v", ErrNoResignAnswer, err))
+			}
+			return
+		}
+		ack, err := ParseResignAck(n.Payload)
+		if err != nil {
+			continue
+		}
+		for _, a := range asks {
+			if a.err == nil && !a.rs.Answered && ack.ID == a.id && n.Channel == ResignedChannel(a.key) {
+				a.rs.Answered, a.rs.AnswerTook, a.rs.Ack = true, time.Since(a.rs.Sent), ack
+				pending--
+			}
+		}
+	}
+}
+
+// AskToDrain asks the group replica whose lease session is pid to drain (a
+// ResignRequest with Drain, on the resign channel of key, a role it is
+// present for) and waits up to timeout for its answer: for a replica that
+// leads no role, so that it takes none until it restarts. The error wraps
+// ErrNoResignAnswer when it did not answer.
+func AskToDrain(ctx context.Context, conn *pgx.Conn, key Key, pid int32, timeout time.Duration) (Resignation, error) {
+	var rs Resignation
+	a := &ask{key: key.ID, pid: pid, rs: &rs}
+	if key.Form != Bigint {
+		return rs, fmt.Errorf("%w: leases hold bigint keys, and %s is in the two-int4 form", ErrNoResignAnswer, key)
+	}
+	askAll(ctx, conn, []*ask{a}, true, timeout)
+	return rs, a.err
+}
+
+// resignAll asks each target's holder to step down and waits for its
+// answer, for the key's release and for a new holder, all at once. The
+// error of each says why its failover should terminate instead (wrapping
+// ErrNoResignAnswer), unless its rss[i].Released: then the key was released
+// and only the takeover failed.
+func resignAll(ctx context.Context, conn *pgx.Conn, ts []*Target, rss []*Resignation, o FailoverOptions) ([]Takeover, []error) {
+	n := len(ts)
+	tks, errs := make([]Takeover, n), make([]error, n)
+	asks := make([]*ask, n)
+	for i, t := range ts {
+		asks[i] = &ask{key: t.Locks.Key.ID, pid: t.Holder.PID, rs: rss[i]}
+		if t.Locks.Key.Form != Bigint {
+			asks[i].err = fmt.Errorf("%w: leases hold bigint keys, and %s is in the two-int4 form", ErrNoResignAnswer, t.Locks.Key)
+		}
+	}
+	askAll(ctx, conn, asks, o.Drain, o.TerminateTimeout)
+	// Each leader stops its work, then releases its key: allow it the stop
 	// time it announced, plus the timeout, and then o.Wait for a stand-by.
-	releaseBy := rs.Sent.Add(time.Duration(rs.Ack.StopTimeoutMS)*time.Millisecond + o.TerminateTimeout)
-	var takeoverBy time.Time
-	f := Filter{Keys: []Key{t.Locks.Key}}
-	for polls := 1; ; polls++ {
+	pending := 0
+	releaseBy, takeoverBy := make([]time.Time, n), make([]time.Time, n)
+	var keys []Key
+	for i, a := range asks {
+		if errs[i] = a.err; a.err == nil {
+			pending++
+			rs := rss[i]
+			releaseBy[i] = rs.Sent.Add(time.Duration(rs.Ack.StopTimeoutMS)*time.Millisecond + o.TerminateTimeout)
+			keys = append(keys, ts[i].Locks.Key)
+		}
+	}
+	f := Filter{Keys: keys}
+	for polls := 1; pending > 0; polls++ {
 		rctx, cancel := context.WithTimeout(ctx, o.TerminateTimeout)
 		snap, err := Read(rctx, conn, f)
 		cancel()
-		if err != nil {
-			if rs.Released {
-				return Takeover{}, fmt.Errorf("wait for a new holder of key %s: %w", t.Locks.Key, err)
-			}
-			return Takeover{}, fmt.Errorf("%w: watch the key: %v", ErrNoResignAnswer, err)
-		}
 		seen := time.Now()
-		held := false
-		for _, h := range snap.Find(t.Locks.Key).Holders {
-			if IsTakeover(t.Holder, h) {
-				if !rs.Released {
-					rs.Released, rs.ReleaseTook = true, seen.Sub(rs.Sent)
-				}
-				after, server := measureTakeover(Termination{Sent: rs.Sent, ServerStart: rs.ServerStart}, h, seen)
-				return Takeover{Holder: h, After: after, ByServerClock: server, Now: snap.Now, Polls: polls}, nil
+		for i, t := range ts {
+			if errs[i] != nil || tks[i].Polls > 0 {
+				continue
 			}
-			held = true
+			done := func(err error) { errs[i], pending = err, pending-1 }
+			rs := rss[i]
+			if err != nil {
+				if rs.Released {
+					done(fmt.Errorf("wait for a new holder of key %s: %w", t.Locks.Key, err))
+				} else {
+					done(fmt.Errorf("%w: watch the key: %v", ErrNoResignAnswer, err))
+				}
+				continue
+			}
+			held, took := false, false
+			for _, h := range snap.Find(t.Locks.Key).Holders {
+				if IsTakeover(t.Holder, h) {
+					if !rs.Released {
+						rs.Released, rs.ReleaseTook = true, seen.Sub(rs.Sent)
+					}
+					after, server := measureTakeover(Termination{Sent: rs.Sent, ServerStart: rs.ServerStart}, h, seen)
+					tks[i] = Takeover{Holder: h, After: after, ByServerClock: server, Now: snap.Now, Polls: polls}
+					pending--
+					took = true
+					break
+				}
+				held = true
+			}
+			switch {
+			case took:
+			case !held && !rs.Released:
+				rs.Released, rs.ReleaseTook = true, seen.Sub(rs.Sent)
+				takeoverBy[i] = seen.Add(o.Wait)
+			case held && rs.Released:
+				done(fmt.Errorf("%w: pid %d stepped down, but no other session was waiting, and it took the key back", ErrNoTakeover, t.Holder.PID))
+			case !rs.Released && !seen.Before(releaseBy[i]):
+				done(fmt.Errorf("%w: pid %d answered, but still held the key %s after the request (its announced stop time plus the terminate timeout)", ErrNoResignAnswer, t.Holder.PID, releaseBy[i].Sub(rs.Sent).Round(time.Millisecond)))
+			case rs.Released && !seen.Before(takeoverBy[i]):
+				done(fmt.Errorf("key %s: %w within %s of pid %d stepping down", t.Locks.Key, ErrNoTakeover, o.Wait, t.Holder.PID))
+			}
 		}
-		switch {
-		case !held && !rs.Released:
-			rs.Released, rs.ReleaseTook = true, seen.Sub(rs.Sent)
-			takeoverBy = seen.Add(o.Wait)
-		case held && rs.Released:
-			return Takeover{}, fmt.Errorf("%w: pid %d stepped down, but no other session was waiting, and it took the key back", ErrNoTakeover, t.Holder.PID)
-		case !rs.Released && !seen.Before(releaseBy):
-			return Takeover{}, fmt.Errorf("%w: pid %d answered, but still held the key %s after the request (its announced stop time plus the terminate timeout)", ErrNoResignAnswer, t.Holder.PID, releaseBy.Sub(rs.Sent).Round(time.Millisecond))
-		case rs.Released && !seen.Before(takeoverBy):
-			return Takeover{}, fmt.Errorf("key %s: %w within %s of pid %d stepping down", t.Locks.Key, ErrNoTakeover, o.Wait, t.Holder.PID)
+		if pending == 0 {
+			break
 		}
 		select {
 		case <-ctx.Done():
-			return Takeover{}, ctx.Err()
+			for i := range ts {
+				if errs[i] == nil && tks[i].Polls == 0 {
+					errs[i] = ctx.Err()
+				}
+			}
+			return tks, errs
 		case <-time.After(o.Poll):
 		}
 	}
+	return tks, errs
 }
 
 // nonce is a request id.

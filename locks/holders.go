@@ -186,6 +186,10 @@ type Filter struct {
 	All bool
 	// Keys are the keys to return when All is false.
 	Keys []Key
+	// Presence also returns the presence lock ([Key.Presence]) of each
+	// bigint key of Keys: the group runs that serve its role, which
+	// [Snapshot.ByRole] shows as its stand-bys.
+	Presence bool
 }
 
 // Querier runs a query: a *pgx.Conn, a pool or a transaction.
@@ -241,6 +245,9 @@ func (f Filter) Query() (sql string, args []any) {
 			pairs = append(pairs, k.ID)
 		} else {
 			bigints = append(bigints, k.ID)
+			if f.Presence {
+				pairs = append(pairs, k.Presence().ID)
+			}
 		}
 	}
 	return holdersSQL, []any{f.All, bigints, pairs}
@@ -330,6 +337,35 @@ type RoleLocks struct {
 	// keys that Leases added.
 	Requested bool
 	KeyLocks
+	// Present are the sessions that hold the key's presence lock
+	// ([Key.Presence]) in shared mode: the lease sessions of the group runs
+	// (run --procfile) that serve the role, its leader among them when a
+	// group leads it. Empty for single-role runs, which hold no presence
+	// lock, and for a key in the two-int4 form.
+	Present []Claimant
+	// StandBys are the group stand-bys: the Present sessions that neither
+	// hold the key nor queue for it. A group's stand-bys poll for the key
+	// (pg_try_advisory_lock) instead of queueing in pg_locks, so they are
+	// not among Waiters; they wait for the role all the same.
+	StandBys []Claimant
+	// PresenceOf is set on a line that is itself a presence lock (who
+	// --all): the role whose presence lock it is. Its Holders, the lock's,
+	// are then also its Present sessions: the replicas present for that
+	// role, not holders of any lease.
+	PresenceOf *RoleRef
+}
+
+// WaiterCount is how many sessions wait for the key: those queued in
+// pg_locks (Waiters) and a group's stand-bys (StandBys).
+func (l RoleLocks) WaiterCount() int { return len(l.Waiters) + len(l.StandBys) }
+
+// LedByGroup reports whether the key's holder is the lease session of a
+// group run: it holds the key's presence lock too. Ending that session
+// (pg_terminate_backend) moves every role the group leads, not this one
+// alone.
+func (l RoleLocks) LedByGroup() bool {
+	h, ok := l.Holder()
+	return ok && h.Prepared == nil && slices.ContainsFunc(l.Present, func(p Claimant) bool { return p.PID == h.PID })
 }
 
 // Health is the verdict on one lease: whether exactly one live leader
@@ -439,6 +475,12 @@ func (l RoleLocks) PreparedDetail() string {
 // true, every other locked key that no role uses, ordered by form and key.
 // roles maps each bigint role key to its role name (the role map's
 // keys.File.NamesByKey); each line is named after its key's role.
+//
+// A bigint line also gets the sessions present for its role (Present,
+// StandBys) from the key's presence lock, where the snapshot has it
+// ([Filter.Presence], or [Filter.All]). With others, a presence lock
+// ([Snapshot.PresenceRole]) is a line of its own, marked PresenceOf, unless
+// it is the presence lock of a role that is not shown.
 func (s *Snapshot) ByRole(roles map[int64]string, want []Key, others bool) []RoleLocks {
 	names := make(map[Key]string, len(roles))
 	for k, name := range roles {
@@ -451,23 +493,51 @@ func (s *Snapshot) ByRole(roles map[int64]string, want []Key, others bool) []Rol
 			continue
 		}
 		seen[k] = true
-		out = append(out, RoleLocks{Role: names[k], Requested: true, KeyLocks: s.Find(k)})
+		out = append(out, s.present(RoleLocks{Role: names[k], Requested: true, KeyLocks: s.Find(k)}))
 	}
 	if others {
 		for _, l := range s.Keys {
-			if _, known := names[l.Key]; !known && !seen[l.Key] {
-				out = append(out, RoleLocks{KeyLocks: l})
+			if _, known := names[l.Key]; known || seen[l.Key] {
+				continue
 			}
+			if rk, ok := s.PresenceRole(l, roles); ok {
+				if _, known := names[rk]; known && !seen[rk] {
+					continue // the presence of a role not shown, as its key is not
+				}
+				out = append(out, RoleLocks{KeyLocks: l, Present: l.Holders, PresenceOf: &RoleRef{Key: rk, Role: names[rk]}})
+				continue
+			}
+			out = append(out, s.present(RoleLocks{KeyLocks: l}))
 		}
 	}
 	return out
+}
+
+// present fills in l's Present and StandBys from the presence lock of its
+// key.
+func (s *Snapshot) present(l RoleLocks) RoleLocks {
+	if l.Key.Form != Bigint {
+		return l
+	}
+	p := s.Find(l.Key.Presence())
+	if !sharedOnly(p) {
+		return l
+	}
+	l.Present = p.Holders
+	for _, h := range p.Holders {
+		claims := func(c Claimant) bool { return c.PID == h.PID }
+		if !slices.ContainsFunc(l.Holders, claims) && !slices.ContainsFunc(l.Waiters, claims) {
+			l.StandBys = append(l.StandBys, h)
+		}
+	}
+	return l
 }
 
 // AnyHidden reports whether the server withheld some session's details
 // from this role.
 func AnyHidden(leases []RoleLocks) bool {
 	for _, l := range leases {
-		for _, s := range slices.Concat(l.Holders, l.Waiters) {
+		for _, s := range slices.Concat(l.Holders, l.Waiters, l.Present) {
 			if s.Hidden {
 				return true
 			}
