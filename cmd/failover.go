@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,12 +17,15 @@ import (
 )
 
 type failoverOptions struct {
-	app   *App
-	Role  string
-	Key   *locks.Key // --key (k or k1,k2); nil: not given
-	Yes   bool
-	Force bool
-	Wait  time.Duration
+	app  *App
+	Role string
+	Key  *locks.Key // --key (k or k1,k2); nil: not given
+	// Replica is --replica: move every role off the replicas of that name.
+	Replica      string
+	replicaGiven bool
+	Yes          bool
+	Force        bool
+	Wait         time.Duration
 
 	keyFlag keyFlag
 }
@@ -30,7 +35,7 @@ type failoverOptions struct {
 func newFailoverCmd(app *App, runF func(*failoverOptions) error) *cobra.Command {
 	opts := &failoverOptions{app: app}
 	c := &cobra.Command{
-		Use:   "failover ROLE | --key N",
+		Use:   "failover ROLE | --key N | --replica NAME",
 		Short: "Move a role's lease on purpose: ask its leader to step down, report who takes over",
 		Long: `Move a role's lease to a stand-by on purpose, for deploys, drills and a hung
 leader.
@@ -75,11 +80,30 @@ nothing on the primary.
 After a termination the old holder's program may still be stopping: a
 leasectl run or lease package stand-by waits for the old leader's stop
 fence before it starts, so the two never overlap; other workers notice at
-their next heartbeat.`,
+their next heartbeat.
+
+A group run (leasectl run --procfile) leads many roles over one lease
+session. failover ROLE asks it to step down from that role alone, and
+never terminates that session unless --force, which moves every role the
+group leads at once (the confirmation says which).
+
+--replica NAME moves every role off one replica, for a node drain: NAME is
+a replica's application_name, or the host after the last '@' in it
+(leasectl run NAME@HOST), as leasectl who --replicas lists them; several
+replicas of that name are all drained. failover asks each to drain: a
+group steps down from every role it leads and takes no roles until it
+restarts; a single-role run steps down from its role. It then reports, for
+each role, who took over and how long it took (and the new term), as
+failover ROLE does. A group that does not answer is not terminated;
+--force terminates each replica's lease session at once instead, which
+moves all its roles together (its stop fence session is left alone, so
+that the new leaders wait for its programs to stop). No replica of that
+name is exit 1, listing the replicas seen.`,
 		Example: `  leasectl failover poller                 # shows the holder, asks before asking it to step down
   leasectl failover poller --yes --wait 30s
   leasectl failover poller --yes --force   # terminate at once, without asking the leader
-  leasectl failover --key 1840000001 --yes -o json`,
+  leasectl failover --key 1840000001 --yes -o json
+  leasectl failover --replica vm1          # drain the replica on host vm1: every role it leads moves`,
 		Args:              maxArgs(1),
 		ValidArgsFunction: completeOneRole(app),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -89,6 +113,7 @@ their next heartbeat.`,
 			if opts.keyFlag.set {
 				opts.Key = &opts.keyFlag.key
 			}
+			opts.replicaGiven = c.Flags().Changed("replica")
 			if err := opts.validate(); err != nil {
 				return err
 			}
@@ -101,8 +126,9 @@ their next heartbeat.`,
 	f := c.Flags()
 	opts.keyFlag = keyFlag{pairs: true}
 	f.Var(&opts.keyFlag, "key", "the advisory key to fail over instead of a ROLE: an integer in decimal or 0x hex, or k1,k2 for the two-int4 form")
+	f.StringVar(&opts.Replica, "replica", "", "move every role off the replicas of this `NAME` (an application_name, or the host after its last '@'), as for a node drain")
 	f.BoolVar(&opts.Yes, "yes", false, "fail over without asking for confirmation")
-	f.BoolVar(&opts.Force, "force", false, "terminate the holder's backend at once instead of asking the leader to step down")
+	f.BoolVar(&opts.Force, "force", false, "terminate the holder's backend at once instead of asking the leader to step down (with --replica: each replica's lease session, which moves all its roles at once)")
 	f.DurationVar(&opts.Wait, "wait", 15*time.Second, "how long to wait for a stand-by to take over (and, with the term record, to begin its term)")
 	return c
 }
@@ -111,8 +137,12 @@ their next heartbeat.`,
 // connected.
 func (opts *failoverOptions) validate() error {
 	switch {
-	case opts.Role == "" && opts.Key == nil:
-		return usageErrorf("name the ROLE to fail over, or give --key N")
+	case opts.replicaGiven && opts.Replica == "":
+		return usageErrorf("--replica needs a NAME: an application_name, or the host after its last '@' (leasectl who --replicas lists them)")
+	case opts.replicaGiven && (opts.Role != "" || opts.Key != nil):
+		return usageErrorf("--replica moves every role of a replica: give it without a ROLE or --key")
+	case opts.Role == "" && opts.Key == nil && !opts.replicaGiven:
+		return usageErrorf("name the ROLE to fail over, or give --key N (or --replica NAME, to move every role off a replica)")
 	case opts.Role != "" && opts.Key != nil:
 		return usageErrorf("give a ROLE or --key, not both")
 	case opts.Wait <= 0:
@@ -122,6 +152,9 @@ func (opts *failoverOptions) validate() error {
 }
 
 func runFailover(ctx context.Context, opts *failoverOptions) error {
+	if opts.replicaGiven {
+		return runFailoverReplica(ctx, opts)
+	}
 	app := opts.app
 	f, err := loadRoleMap(app, opts.Key != nil)
 	if err != nil {
@@ -170,8 +203,15 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 	if !opts.Yes {
 		h := target.Holder
 		action := fmt.Sprintf("ask %s, connected %s, to step down (and terminate it if it does not within --timeout %s)", termSafe(h.Describe()), sessionAge(h, target.Now), app.Global.Timeout)
-		if opts.Force {
+		switch {
+		case opts.Force && target.Group != nil:
+			action = fmt.Sprintf("terminate %s, connected %s, the lease session of a group replica: every role it leads moves at once, not %s alone (%s),",
+				termSafe(h.Describe()), sessionAge(h, target.Now), target.Locks.Name(), termSafe(roleNames(target.Group.Leads)))
+		case opts.Force:
 			action = fmt.Sprintf("terminate %s, connected %s,", termSafe(h.Describe()), sessionAge(h, target.Now))
+		case target.Group != nil:
+			action = fmt.Sprintf("ask %s, connected %s, a group replica, to step down from %s alone (its other roles stay; it is not terminated if it does not: that would move every role it leads)",
+				termSafe(h.Describe()), sessionAge(h, target.Now), target.Locks.Name())
 		}
 		if !app.IO.InTTY {
 			fmt.Fprintf(pre, "\n%s\n", wrapIndented(0, fmt.Sprintf("Would %s and wait up to %s for a stand-by to take over %s. Nothing was done.",
@@ -248,9 +288,12 @@ func whoArg(l locks.RoleLocks) string {
 // confirmCommand is the command line that would do it without asking.
 func confirmCommand(opts *failoverOptions) string {
 	args := []string{"leasectl", "failover"}
-	if opts.Key != nil {
+	switch {
+	case opts.replicaGiven:
+		args = append(args, "--replica", shellQuote(opts.Replica))
+	case opts.Key != nil:
 		args = append(args, "--key", opts.Key.String())
-	} else {
+	default:
 		args = append(args, opts.Role)
 	}
 	if opts.Wait != 15*time.Second {
@@ -294,6 +337,9 @@ func renderTarget(w io.Writer, st styles, color bool, t *locks.Target, addr stri
 	rows := [][]string{sessionRow(role, l.Key.String(), string(locks.Held)+waitingSuffix(l), t.Holder, t.Now)}
 	for _, s := range l.Waiters {
 		rows = append(rows, sessionRow(role, l.Key.String(), "waiting", s, t.Now))
+	}
+	for _, s := range l.StandBys {
+		rows = append(rows, sessionRow(role, l.Key.String(), standingBy, s, t.Now))
 	}
 	if err := writeSessionTable(w, st, color, plainSessions, rows, lay); err != nil {
 		return err
@@ -389,6 +435,12 @@ type failoverCmdJSON struct {
 	Server   dbconn.ServerInfo `json:"server"`
 	ViaProxy bool              `json:"via_proxy"`
 	failoverJSON
+	newTermJSON
+}
+
+// newTermJSON is the new leader's term after a failover, or why none
+// began.
+type newTermJSON struct {
 	// Term is the new leader's term, with the term record; null without
 	// it, and when none began.
 	Term             *failoverTermJSON `json:"term"`
@@ -407,7 +459,7 @@ type failoverTermJSON struct {
 }
 
 // addTerm fills in the new leader's term, or why none began.
-func (j *failoverCmdJSON) addTerm(began *term.Began, err error) {
+func (j *newTermJSON) addTerm(began *term.Began, err error) {
 	var noTerm *term.NoTermError
 	switch {
 	case began != nil:
@@ -419,3 +471,367 @@ func (j *failoverCmdJSON) addTerm(began *term.Began, err error) {
 		j.NoTermReason = &why
 	}
 }
+
+// ---- --replica ----
+
+// replicaRun is what failover --replica did for one replica: the
+// failover of each role it led (nil where nothing was done, with its
+// error), and, for a group that led none, its answer to the drain.
+type replicaRun struct {
+	r       locks.DrainReplica
+	results []*locks.Failover
+	began   []*term.Began
+	errs    []error
+	// drain is the request to a group that leads no role; nil otherwise.
+	drain    *locks.Resignation
+	drainErr error
+}
+
+func runFailoverReplica(ctx context.Context, opts *failoverOptions) error {
+	app := opts.app
+	f, err := loadRoleMap(app, true)
+	if err != nil {
+		return err
+	}
+	conn, err := app.Connect(ctx, "")
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	lctx, cancel := context.WithTimeout(ctx, app.Global.Timeout)
+	d, err := locks.FindDrain(lctx, conn, opts.Replica, f.NamesByKey())
+	cancel()
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(d.Replicas, func(r locks.DrainReplica) bool { return len(r.Leads) > 0 || (r.Group && !opts.Force) }) {
+		return fmt.Errorf("%w: %s leads no role (leasectl who --replicas lists what each replica leads)", locks.ErrNoReplica, replicaNames(d.Replicas))
+	}
+
+	// What it acts on is shown before anything happens; with -o json on
+	// stderr, so that stdout is only the JSON document.
+	st, color := app.styles(), app.Color()
+	pre := app.IO.Out
+	if app.JSON() {
+		pre, color = app.IO.ErrOut, false
+	}
+	cfg := conn.Config()
+	width := app.Width()
+	if !opts.Yes || !app.JSON() {
+		lay := sessionLayoutOf(app)
+		if app.JSON() {
+			lay, width = sessionLayout{Wide: true}, 0
+		}
+		if err := renderDrainTarget(pre, st, color, d, dbconn.Addr(&cfg.Config), lay); err != nil {
+			return err
+		}
+	}
+	if !opts.Yes {
+		actions := make([]string, 0, len(d.Replicas))
+		for _, r := range d.Replicas {
+			actions = append(actions, drainAction(r, opts.Force, d.Now, app.Global.Timeout))
+		}
+		action := strings.Join(actions, "; ")
+		if !app.IO.InTTY {
+			fmt.Fprintf(pre, "\n%s\n", wrapIndented(0, fmt.Sprintf("Would %s, and wait up to %s for stand-bys to take over each role. Nothing was done.", action, opts.Wait), app.Width()))
+			return &InputError{Err: fmt.Errorf("not confirmed, and there is no terminal to ask on: nothing was done; to fail over %s, run again with --yes: %s",
+				replicaNames(d.Replicas), confirmCommand(opts))}
+		}
+		ok, err := confirm(app, pre, "\n"+wrapIndented(0, upperFirst(action)+", so that stand-bys take over each role?", app.Width()))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return &CheckFailedError{Message: "not confirmed: nothing was done"}
+		}
+	}
+
+	// With the term record, each role's failover is over once a term after
+	// the one current now has begun.
+	targets := d.Targets()
+	befores := make([]*term.Before, len(targets))
+	for i, t := range targets {
+		bctx, cancel := context.WithTimeout(ctx, app.Global.Timeout)
+		befores[i], err = term.ReadBefore(bctx, conn, t.Locks.Key)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	results, errs := locks.FailoverAll(ctx, conn, targets, locks.FailoverOptions{TerminateTimeout: app.Global.Timeout, Wait: opts.Wait, Force: opts.Force, Drain: true})
+	runs := make([]*replicaRun, len(d.Replicas))
+	next := 0
+	for ri, r := range d.Replicas {
+		run := &replicaRun{r: r}
+		runs[ri] = run
+		for range r.Targets {
+			run.results, run.errs = append(run.results, results[next]), append(run.errs, errs[next])
+			run.began = append(run.began, nil)
+			next++
+		}
+		if len(r.Leads) == 0 && r.Group && !opts.Force && len(r.Waits) > 0 {
+			rs, err := locks.AskToDrain(ctx, conn, r.Waits[0].Key, r.Session.PID, app.Global.Timeout)
+			run.drain, run.drainErr = &rs, err
+		}
+	}
+	next = 0
+	for _, run := range runs {
+		for i, res := range run.results {
+			before := befores[next]
+			next++
+			if run.errs[i] != nil || before == nil || res == nil || res.Takeover == nil {
+				continue
+			}
+			name := res.Target.Locks.Name()
+			var progress func(term.Wait)
+			if !app.JSON() {
+				progress = func(w term.Wait) {
+					fmt.Fprintf(app.IO.ErrOut, "… %s %s: %s\n", time.Now().Format(time.TimeOnly), name, termSafe(w.String()))
+				}
+			}
+			b, werr := before.Await(ctx, conn, term.AwaitOptions{Holder: res.Takeover.Holder, Since: res.Origin(), From: res.WaitedFrom(), Within: opts.Wait,
+				ReadTimeout: app.Global.Timeout, OnWait: progress})
+			switch {
+			case errors.Is(werr, term.ErrNoTerm):
+				run.errs[i] = fmt.Errorf("%s: %w; it begins one once that is over, and `leasectl who %s` shows when", name, werr, whoArg(res.Target.Locks))
+			case werr != nil:
+				run.errs[i] = fmt.Errorf("%s: %w", name, werr)
+			default:
+				run.began[i] = &b
+			}
+		}
+	}
+	var all []error
+	for _, run := range runs {
+		all = append(all, run.errs...)
+		all = append(all, run.drainErr)
+	}
+	err = errors.Join(all...)
+	if app.JSON() {
+		doc := failoverReplicaJSON{docHeader: header(err == nil), Server: d.Server, ViaProxy: d.ViaProxy, Replica: opts.Replica, Force: opts.Force,
+			Replicas: make([]drainedReplicaJSON, 0, len(runs))}
+		for _, run := range runs {
+			doc.Replicas = append(doc.Replicas, drainedReplicaJSONOf(run))
+		}
+		if werr := writeJSON(app.IO.Out, doc); werr != nil {
+			return werr
+		}
+		return err
+	}
+	if werr := renderDrain(app.IO.Out, st, color, runs, opts, app.Global.Timeout, width); werr != nil {
+		return werr
+	}
+	return err
+}
+
+// replicaNames names replicas in a message: `replica "A" (pid 1)`, or
+// `replicas "A" (pid 1) and "B" (pid 2)`.
+func replicaNames(rs []locks.DrainReplica) string {
+	names := make([]string, len(rs))
+	for i, r := range rs {
+		names[i] = fmt.Sprintf("%q (pid %d)", r.Session.Application, r.Session.PID)
+	}
+	if len(names) == 1 {
+		return "replica " + names[0]
+	}
+	return "replicas " + strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// drainAction says what failover --replica does to r, for the prompt.
+func drainAction(r locks.DrainReplica, force bool, now time.Time, timeout time.Duration) string {
+	who := fmt.Sprintf("%s, connected %s", termSafe(r.Session.Describe()), sessionAge(r.Session, now))
+	leads := termSafe(roleNames(r.Leads))
+	switch {
+	case len(r.Leads) == 0 && (force || !r.Group):
+		return fmt.Sprintf("leave %s alone: it leads no role", who)
+	case len(r.Leads) == 0:
+		return fmt.Sprintf("ask group replica %s, to drain: it leads no role, and takes none until it restarts", who)
+	case force:
+		fence := ""
+		if r.Fence != nil {
+			fence = fmt.Sprintf("; its stop fence session, pid %d, is left alone, so that the new leaders wait for its programs to stop", r.Fence.PID)
+		}
+		return fmt.Sprintf("terminate the lease session of %s: every role it leads moves at once (%s)%s", who, leads, fence)
+	case r.Group:
+		return fmt.Sprintf("ask group replica %s, to drain: to step down from every role it leads (%s) and take none until it restarts (it is not terminated if it does not answer: --force does that)", who, leads)
+	}
+	return fmt.Sprintf("ask %s, to step down from %s (and terminate it if it does not within --timeout %s)", who, leads, timeout)
+}
+
+// renderDrainTarget shows what failover --replica acts on: the server, the
+// replicas of that name, and the roles they lead as who shows them.
+func renderDrainTarget(w io.Writer, st styles, color bool, d *locks.Drain, addr string, lay sessionLayout) error {
+	paint := painter(color)
+	var b strings.Builder
+	b.WriteString(serverLine(st, color, d.Server, addr, lay.Width))
+	b.WriteString("\n")
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
+	}
+	rs := make([]locks.Replica, len(d.Replicas))
+	for i, r := range d.Replicas {
+		rs[i] = r.Replica
+	}
+	if err := writeReplicaTable(w, rs, d.Now, lay); err != nil {
+		return err
+	}
+	var rows [][]string
+	for _, t := range d.Targets() {
+		l := t.Locks
+		role := l.Role
+		if role == "" {
+			role = "-"
+		}
+		rows = append(rows, sessionRow(role, l.Key.String(), string(locks.Held)+waitingSuffix(l), t.Holder, t.Now))
+		for _, s := range l.Waiters {
+			rows = append(rows, sessionRow(role, l.Key.String(), "waiting", s, t.Now))
+		}
+		for _, s := range l.StandBys {
+			rows = append(rows, sessionRow(role, l.Key.String(), standingBy, s, t.Now))
+		}
+	}
+	if len(rows) > 0 {
+		if _, err := io.WriteString(w, "\n"); err != nil {
+			return err
+		}
+		if err := writeSessionTable(w, st, color, plainSessions, rows, lay); err != nil {
+			return err
+		}
+	}
+	var foot strings.Builder
+	if len(d.Replicas) > 1 {
+		fmt.Fprintf(&foot, "\n%s %s\n", paint(st.Warn, "several:"), wrapIndented(len("several: "), termSafe(fmt.Sprintf("%q names %d replicas: %s; failover moves the roles of each.", d.Name, len(d.Replicas), replicaNames(d.Replicas))), lay.Width))
+	}
+	if d.ViaProxy {
+		fmt.Fprintf(&foot, "\n%s %s\n", paint(st.Warn, "pooler:"), wrapIndented(len("pooler: "), "leasectl reaches this server through a pooler or proxy, so the sessions shown are most likely the pooler's server connections: terminating one ends that server connection, not the worker's own client connection.", lay.Width))
+	}
+	_, err := io.WriteString(w, foot.String())
+	return err
+}
+
+// renderDrain reports failover --replica: for each replica, the answer to
+// the drain or the failover of each role it led, as failover ROLE reports
+// one, and a last line that sums it up.
+func renderDrain(w io.Writer, st styles, color bool, runs []*replicaRun, opts *failoverOptions, timeout time.Duration, width int) error {
+	paint := painter(color)
+	var b strings.Builder
+	line := func(mark, text string) {
+		fmt.Fprintf(&b, "%s %s\n", mark, wrapIndented(2, termSafe(text), width))
+	}
+	moved, roles := 0, 0
+	drained := make([]locks.DrainReplica, len(runs))
+	for ri, run := range runs {
+		r := run.r
+		drained[ri] = r
+		fmt.Fprintf(&b, "\n%s\n", wrapIndented(0, termSafe(fmt.Sprintf("%s replica %q (pid %d) leads %s", replicaKind(r.Replica), r.Session.Application, r.Session.PID, countRoles(len(r.Leads)))), width))
+		switch {
+		case run.drain != nil && run.drainErr == nil:
+			line(paint(st.OK, "✓"), fmt.Sprintf("it answered the drain in %s: it takes no role until it restarts", fmtMillis(run.drain.AnswerTook)))
+		case run.drainErr != nil:
+			line(paint(st.Fail, "✗"), fmt.Sprintf("it did not answer the drain: %v", run.drainErr))
+		}
+		for i, res := range run.results {
+			roles++
+			if res == nil {
+				line(paint(st.Fail, "✗"), fmt.Sprintf("%s was not moved: %v", r.Targets[i].Locks.Name(), run.errs[i]))
+				continue
+			}
+			if _, err := io.WriteString(w, b.String()); err != nil {
+				return err
+			}
+			b.Reset()
+			if err := renderFailover(w, st, color, res, run.began[i], run.errs[i], opts.Wait, timeout, width); err != nil {
+				return err
+			}
+			if run.errs[i] == nil {
+				moved++
+			}
+		}
+	}
+	if roles > 0 {
+		mark := paint(st.OK, "✓")
+		if moved < roles {
+			mark = paint(st.Fail, "✗")
+		}
+		b.WriteString("\n")
+		line(mark, fmt.Sprintf("moved %d of %s off %s", moved, countRoles(roles), replicaNames(drained)))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// countRoles is "1 role", "2 roles".
+func countRoles(n int) string {
+	if n == 1 {
+		return "1 role"
+	}
+	return strconv.Itoa(n) + " roles"
+}
+
+// failoverReplicaJSON is the documented schema of `leasectl failover
+// --replica -o json` (docs/json.md).
+type failoverReplicaJSON struct {
+	docHeader
+	Server   dbconn.ServerInfo    `json:"server"`
+	ViaProxy bool                 `json:"via_proxy"`
+	Replica  string               `json:"replica"`
+	Force    bool                 `json:"force"`
+	Replicas []drainedReplicaJSON `json:"replicas"`
+}
+
+// drainedReplicaJSON is one replica of failover --replica: the replica as
+// it was looked up, its answer to the drain when it led no role, and the
+// failover of each role it led.
+type drainedReplicaJSON struct {
+	replicaJSON
+	Drain     *drainAnswerJSON   `json:"drain"`
+	Failovers []roleFailoverJSON `json:"failovers"`
+}
+
+// drainAnswerJSON is a group's answer to the drain when it led no role.
+type drainAnswerJSON struct {
+	Answered bool     `json:"answered"`
+	AnswerMS *float64 `json:"answer_ms"`
+	Error    *string  `json:"error"`
+}
+
+// roleFailoverJSON is the failover of one role of a drained replica.
+type roleFailoverJSON struct {
+	failoverJSON
+	newTermJSON
+	// Error says why the role did not move (or began no term); null when
+	// it did.
+	Error *string `json:"error"`
+}
+
+func drainedReplicaJSONOf(run *replicaRun) drainedReplicaJSON {
+	j := drainedReplicaJSON{replicaJSON: replicaJSONOf(run.r.Replica), Failovers: make([]roleFailoverJSON, 0, len(run.results))}
+	if rs := run.drain; rs != nil {
+		a := &drainAnswerJSON{Answered: rs.Answered}
+		if rs.Answered {
+			a.AnswerMS = msPtr(rs.AnswerTook)
+		}
+		if run.drainErr != nil {
+			msg := run.drainErr.Error()
+			a.Error = &msg
+		}
+		j.Drain = a
+	}
+	for i, res := range run.results {
+		if res == nil { // nothing was done
+			res = &locks.Failover{Target: run.r.Targets[i], Path: pathNone}
+		}
+		rf := roleFailoverJSON{failoverJSON: failoverJSONOf(res)}
+		rf.addTerm(run.began[i], run.errs[i])
+		if err := run.errs[i]; err != nil {
+			msg := err.Error()
+			rf.Error = &msg
+		}
+		j.Failovers = append(j.Failovers, rf)
+	}
+	return j
+}
+
+// pathNone is the path of a role of failover --replica for which nothing
+// was done (a group that did not answer is not terminated without --force).
+const pathNone = "none"

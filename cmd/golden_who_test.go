@@ -117,3 +117,67 @@ func TestGoldenFailoverSingleRole(t *testing.T) {
 	golden(t, "failover-single.json", js.String())
 	checkJSONConvention(t, js.String(), true, "failover")
 }
+
+// goldenGroupSnapshot is a reading of two group replicas (run --procfile)
+// that serve poller and scheduler, each leading one, with their stop fence
+// sessions, and a single-role run queued for poller.
+func goldenGroupSnapshot() (*locks.Snapshot, map[int64]string) {
+	roles := map[int64]string{1840000001: "poller", 1840000002: "scheduler", 1840000003: "reconciler"}
+	poller, scheduler := locks.BigintKey(1840000001), locks.BigintKey(1840000002)
+	a := goldenSession(8843, "leasectl run app@vm1", "10.0.4.17", 34204, 3*time.Hour, time.Second, true)
+	b := goldenSession(8941, "leasectl run app@vm2", "10.0.4.18", 34236, 2*time.Hour, 2*time.Second, true)
+	aFence := goldenSession(8844, "leasectl run app@vm1", "10.0.4.17", 34206, 3*time.Hour, 3*time.Hour, true)
+	bFence := goldenSession(8942, "leasectl run app@vm2", "10.0.4.18", 34238, 2*time.Hour, 2*time.Hour, true)
+	queued := goldenSession(9000, "leasectl run poller@vm3", "10.0.4.19", 40000, time.Hour, time.Hour, false)
+	shared := func(c locks.Claimant) locks.Claimant { c.Shared = true; return c }
+	snap := &locks.Snapshot{Now: goldenNow, Keys: []locks.KeyLocks{
+		{Key: poller, Holders: []locks.Claimant{a}, Waiters: []locks.Claimant{queued}},
+		{Key: scheduler, Holders: []locks.Claimant{b}},
+		{Key: poller.Fence(), Holders: []locks.Claimant{aFence}},
+		{Key: scheduler.Fence(), Holders: []locks.Claimant{bFence}},
+		{Key: poller.Presence(), Holders: []locks.Claimant{shared(a), shared(b)}},
+		{Key: scheduler.Presence(), Holders: []locks.Claimant{shared(a), shared(b)}},
+	}}
+	return snap, roles
+}
+
+func TestGoldenWhoGroup(t *testing.T) {
+	snap, roles := goldenGroupSnapshot()
+	want := []locks.Key{locks.BigintKey(1840000001), locks.BigintKey(1840000002), locks.BigintKey(1840000003)}
+	v := goldenWhoView(snap.ByRole(roles, want, true))
+	st := newStyles(&bytes.Buffer{}, false)
+	var wide, narrow, js bytes.Buffer
+	if err := renderWhoText(&wide, st, false, v, sessionLayout{Wide: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := renderWhoText(&narrow, st, false, v, sessionLayout{Width: 80}); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeWhoJSON(&js, v); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "who-group.txt", wide.String())
+	golden(t, "who-group-80.txt", narrow.String())
+	golden(t, "who-group.json", js.String())
+	checkJSONConvention(t, js.String(), false, "who") // reconciler has no holder
+	var whole bytes.Buffer
+	if err := writeJSON(&whole, whoJSONOf(v)); err != nil || whole.String() != js.String() {
+		t.Errorf("streamed and encoding/json documents differ (%v):\n%s\n---\n%s", err, js.String(), whole.String())
+	}
+
+	rv := &whoView{server: goldenServer(), addr: "127.0.0.1:5432", now: goldenNow, showReplicas: true, replicas: snap.Replicas(roles)}
+	var rwide, rnarrow, rjs bytes.Buffer
+	if err := renderWhoText(&rwide, st, false, rv, sessionLayout{Wide: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := renderWhoText(&rnarrow, st, false, rv, sessionLayout{Width: 60}); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeWhoJSON(&rjs, rv); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "who-replicas.txt", rwide.String())
+	golden(t, "who-replicas-60.txt", rnarrow.String())
+	golden(t, "who-replicas.json", rjs.String())
+	checkJSONConvention(t, rjs.String(), true, "who --replicas")
+}

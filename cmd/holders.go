@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/charmbracelet/lipgloss"
+	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/locks"
 )
 
@@ -96,7 +97,7 @@ func statePainter(st styles) func(string) string {
 		word  string
 		style lipgloss.Style
 	}{
-		{string(locks.Held) + " STALE", st.Fail}, {string(locks.Held), st.OK}, {string(locks.Free), st.Fail}, {"waiting", st.Warn},
+		{string(locks.Held) + " STALE", st.Fail}, {string(locks.Held), st.OK}, {string(locks.Free), st.Fail}, {"waiting", st.Warn}, {standingBy, st.Warn},
 	}
 	return func(cell string) string {
 		for _, s := range states {
@@ -108,11 +109,36 @@ func statePainter(st styles) func(string) string {
 	}
 }
 
+// waitingSuffix counts the sessions that wait for l's key: those queued
+// for it, and a group's stand-bys, which poll for it.
 func waitingSuffix(l locks.RoleLocks) string {
-	if n := len(l.Waiters); n > 0 {
+	if n := l.WaiterCount(); n > 0 {
 		return fmt.Sprintf(", %d waiting", n)
 	}
 	return ""
+}
+
+// standingBy is the STATE of a group's stand-by: a session present for the
+// role (it holds the role's presence lock) that polls for the key rather
+// than queue for it.
+const standingBy = "standing by"
+
+// leadersOf says which keys each backend holds in exclusive mode, by pid,
+// among leases.
+func leadersOf(leases []locks.RoleLocks) map[int32]map[locks.Key]bool {
+	out := map[int32]map[locks.Key]bool{}
+	for _, l := range leases {
+		for _, h := range l.Holders {
+			if h.Shared || h.Prepared != nil {
+				continue
+			}
+			if out[h.PID] == nil {
+				out[h.PID] = map[locks.Key]bool{}
+			}
+			out[h.PID][l.Key] = true
+		}
+	}
+	return out
 }
 
 func sessionRow(role, key, state string, s locks.Claimant, now time.Time) []string {
@@ -179,4 +205,101 @@ func withTermCells(r []string, term, began, renewed string) []string {
 	out = append(out, r[3:8]...)
 	out = append(out, began, renewed, r[8])
 	return out
+}
+
+// The replica table that who --replicas and failover --replica share: one
+// row per process that serves roles, by its lease session.
+
+// replicaColumns are the columns of the replica table with -o wide, and
+// when stdout is not a terminal; replicaNarrowColumns those on a terminal.
+// ROLES, the roles the replica leads, is cut to the width, ending in "…".
+var (
+	replicaColumns       = []string{"REPLICA", "KIND", "BACKEND", "FENCE", "USER", "ADDR", "CONNECTED", "LEADS", "WAITS", "ROLES"}
+	replicaNarrowColumns = []string{"REPLICA", "BACKEND", "ADDR", "LEADS", "WAITS", "ROLES"}
+)
+
+// The kinds of replica: a group run (run --procfile), or a session that
+// holds or queues for one role's key (run --role, or a worker of its own).
+const (
+	replicaGroup  = "group"
+	replicaSingle = "single"
+)
+
+func replicaKind(r locks.Replica) string {
+	if r.Group {
+		return replicaGroup
+	}
+	return replicaSingle
+}
+
+// roleNames names roles, joined by ", "; "-" for none.
+func roleNames(refs []locks.RoleRef) string {
+	if len(refs) == 0 {
+		return "-"
+	}
+	names := make([]string, len(refs))
+	for i, r := range refs {
+		names[i] = r.Name()
+	}
+	return strings.Join(names, ", ")
+}
+
+func replicaRow(r locks.Replica, now time.Time) []string {
+	s := r.Session
+	app := s.Application
+	if app == "" {
+		app = `""`
+	}
+	fence := "-"
+	if r.Fence != nil {
+		fence = strconv.Itoa(int(r.Fence.PID))
+	}
+	addr, connected := clientAddr(s), fmtAge(now.Sub(s.BackendStart))
+	switch {
+	case s.Gone:
+		addr, connected = "gone", "gone"
+	case s.Hidden:
+		addr, connected = "hidden", "hidden"
+	}
+	return []string{app, replicaKind(r), strconv.Itoa(int(s.PID)), fence, s.User, addr, connected,
+		strconv.Itoa(len(r.Leads)), strconv.Itoa(len(r.Waits)), roleNames(r.Leads)}
+}
+
+// writeReplicaTable prints the replicas as lay says.
+func writeReplicaTable(w io.Writer, replicas []locks.Replica, now time.Time, lay sessionLayout) error {
+	cols := replicaColumns
+	if !lay.Wide {
+		cols = replicaNarrowColumns
+	}
+	rows := make([][]string, 0, len(replicas))
+	for _, r := range replicas {
+		full := replicaRow(r, now)
+		cells := make([]string, len(cols))
+		for i, name := range cols {
+			cells[i] = full[slices.Index(replicaColumns, name)]
+		}
+		rows = append(rows, cells)
+	}
+	return writeTable(w, cols, rows, tableOptions{Width: lay.Width, Shrink: "ROLES"})
+}
+
+// renderReplicas shows the replicas that serve roles (who --replicas),
+// after the server line, with a note where the server hid sessions.
+func renderReplicas(w io.Writer, st styles, color bool, server dbconn.ServerInfo, replicas []locks.Replica, now time.Time, lay sessionLayout) error {
+	if len(replicas) == 0 {
+		_, err := fmt.Fprintf(w, "no replicas: no session holds or waits for a role's key, or holds a presence lock, in database %s\n", termSafe(server.Database))
+		return err
+	}
+	if err := writeReplicaTable(w, replicas, now, lay); err != nil {
+		return err
+	}
+	for _, r := range replicas {
+		if r.Session.Hidden {
+			paint := painter(color)
+			_, err := fmt.Fprintf(w, "\n%s %s\n", paint(st.Warn, "hidden:"), wrapIndented(len("hidden: "), termSafe(fmt.Sprintf("role %s may not read other roles' sessions, so their client and start are withheld; to reveal them: %s;",
+				server.User, locks.RevealGrant(server.User))), lay.Width))
+			return err
+		}
+	}
+	return nil
 }

@@ -1,8 +1,11 @@
 package cmd
 
 import (
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/locks"
 )
 
@@ -192,4 +195,75 @@ func failoverJSONOf(res *locks.Failover) failoverJSON {
 		j.ReleasedBeforeSignal = tk.BeforeSignal
 	}
 	return j
+}
+
+// replicaJSON is one replica that serves roles (who --replicas, failover
+// --replica), by its lease session.
+type replicaJSON struct {
+	ApplicationName string        `json:"application_name"`
+	Host            *string       `json:"host"`
+	Kind            string        `json:"kind"`
+	BackendPID      int32         `json:"backend_pid"`
+	FencePID        *int32        `json:"fence_pid"`
+	User            string        `json:"user"`
+	ClientAddr      *string       `json:"client_addr"`
+	ClientPort      *int32        `json:"client_port"`
+	BackendStart    *time.Time    `json:"backend_start"`
+	LeadCount       int           `json:"lead_count"`
+	WaitCount       int           `json:"wait_count"`
+	Leads           []roleRefJSON `json:"leads"`
+	Waits           []roleRefJSON `json:"waits"`
+	Hidden          bool          `json:"hidden"`
+}
+
+func replicaJSONOf(r locks.Replica) replicaJSON {
+	s := r.Session
+	j := replicaJSON{ApplicationName: s.Application, Kind: replicaKind(r), BackendPID: s.PID, User: s.User,
+		BackendStart: timeOrNil(s.BackendStart), LeadCount: len(r.Leads), WaitCount: len(r.Waits),
+		Leads: make([]roleRefJSON, 0, len(r.Leads)), Waits: make([]roleRefJSON, 0, len(r.Waits)), Hidden: s.Hidden}
+	if h := r.Host(); strings.Contains(s.Application, "@") {
+		j.Host = &h
+	}
+	if r.Fence != nil {
+		j.FencePID = &r.Fence.PID
+	}
+	if s.ClientAddr != "" {
+		j.ClientAddr, j.ClientPort = &s.ClientAddr, &s.ClientPort
+	}
+	for _, l := range r.Leads {
+		j.Leads = append(j.Leads, roleRefJSONOf(l))
+	}
+	for _, w := range r.Waits {
+		j.Waits = append(j.Waits, roleRefJSONOf(w))
+	}
+	return j
+}
+
+// anyHiddenReplica reports whether the server withheld some replica's
+// session details.
+func anyHiddenReplica(rs []locks.Replica) bool {
+	return slices.ContainsFunc(rs, func(r locks.Replica) bool { return r.Session.Hidden })
+}
+
+// replicasDocJSON is the documented schema of `leasectl who --replicas -o
+// json` (docs/json.md).
+type replicasDocJSON struct {
+	docHeader
+	Server      dbconn.ServerInfo `json:"server"`
+	Now         time.Time         `json:"now"`
+	Replicas    []replicaJSON     `json:"replicas"`
+	Hidden      bool              `json:"hidden"`
+	RevealGrant *string           `json:"reveal_grant"`
+}
+
+func replicasJSONOf(v *whoView) replicasDocJSON {
+	doc := replicasDocJSON{docHeader: header(true), Server: v.server, Now: v.now, Replicas: make([]replicaJSON, 0, len(v.replicas))}
+	for _, r := range v.replicas {
+		doc.Replicas = append(doc.Replicas, replicaJSONOf(r))
+	}
+	if anyHiddenReplica(v.replicas) {
+		grant := locks.RevealGrant(v.server.User)
+		doc.Hidden, doc.RevealGrant = true, &grant
+	}
+	return doc
 }

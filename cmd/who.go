@@ -31,7 +31,9 @@ type whoOptions struct {
 	All   bool
 	Stale time.Duration
 	Check bool
-	Watch time.Duration // 0: draw once
+	// Replicas lists the processes that serve roles instead of the roles.
+	Replicas bool
+	Watch    time.Duration // 0: draw once
 	// WatchGiven: --watch was given (Watch holds its interval).
 	WatchGiven bool
 }
@@ -70,6 +72,16 @@ previous term's end, at most until its deadline) in a note below the table.
 renewed. Without the record (or without the privilege to use it) none of
 this is shown.
 
+A group run (leasectl run --procfile) serves many roles from one lease
+session, which holds, in shared mode, a presence lock for each role it
+serves; its stand-bys poll for the keys instead of queueing. who counts
+them as waiting, beside the queued sessions, on lines of their own
+("standing by"); with --all each presence lock is a line labelled
+"presence of ROLE", never a holder of anything. --replicas lists the
+replicas instead of the roles: each lease session (REPLICA is its
+application_name, as failover --replica takes it), its backend and client,
+how many roles it leads and waits for, and the roles it leads.
+
 --check exits 1 when a requested role has no single live leader (no holder,
 a stale one, a shared hold or a prepared transaction; with the term record
 also a holder whose term is stale, or that has not begun one), for alerts
@@ -88,6 +100,7 @@ characters escaped (\x1b, \r, \u202e).`,
   leasectl who 1840000001 --stale 15s
   leasectl who --watch               # follow a failover live
   leasectl who -o wide               # every column: KEY, USER, CLIENT, CONNECTED too
+  leasectl who --replicas            # the replicas, and the roles each leads
   leasectl who -o json | jq '.leases[] | select(.state == "FREE") | .role'`,
 		Args:              cobra.ArbitraryArgs,
 		ValidArgsFunction: completeRoles(app),
@@ -119,6 +132,7 @@ characters escaped (\x1b, \r, \u202e).`,
 	})
 	f := c.Flags()
 	f.BoolVar(&opts.All, "all", false, "also show advisory locks whose keys are in no role of keys.yaml")
+	f.BoolVar(&opts.Replicas, "replicas", false, "list the replicas that serve roles (group runs, and single-role runs), with how many roles each leads and waits for, instead of the roles")
 	f.DurationVar(&opts.Stale, "stale", 45*time.Second, "flag a holder idle for longer than this as STALE (three missed 15s heartbeats)")
 	f.BoolVar(&opts.Check, "check", false, "exit 1 when a requested role has no single live leader (no holder, a stale one, a shared hold or a prepared transaction; with the term record, a holder whose term is stale or not begun)")
 	f.DurationVarP(&opts.Watch, "watch", "w", 0, "redraw until Ctrl-C, every 2s or every `INTERVAL` given after \"=\" (--watch=5s, -w=5s)")
@@ -171,6 +185,10 @@ func (opts *whoOptions) validate() error {
 	switch {
 	case opts.Stale <= 0:
 		return usageErrorf("invalid --stale %s: it must be positive, e.g. 45s", opts.Stale)
+	case opts.Replicas && opts.Check:
+		return usageErrorf("--replicas and --check do not combine: --check checks the roles (leasectl who --check)")
+	case opts.Replicas && opts.All:
+		return usageErrorf("--replicas lists replicas, not locks: drop --all")
 	case opts.Check && opts.Watch > 0:
 		return usageErrorf("--check and --watch do not combine: --check is one verdict, --watch never ends")
 	case opts.WatchGiven && opts.Watch < 100*time.Millisecond:
@@ -214,7 +232,7 @@ func isNumber(s string) bool { return numberRe.MatchString(s) }
 // file was named.
 func (opts *whoOptions) selection() (whoSelection, error) {
 	var sel whoSelection
-	f, err := loadRoleMap(opts.app, opts.All || allKeys(opts.Args))
+	f, err := loadRoleMap(opts.app, opts.All || allKeys(opts.Args) || (opts.Replicas && len(opts.Args) == 0))
 	if err != nil {
 		return sel, err
 	}
@@ -258,6 +276,10 @@ type whoView struct {
 	// terms are the leases' current terms; nil when the database has no
 	// term record that this role may use.
 	terms *term.Record
+	// replicas, with --replicas, are shown instead of the leases
+	// (showReplicas).
+	replicas     []locks.Replica
+	showReplicas bool
 }
 
 func readWho(ctx context.Context, opts *whoOptions, conn *pgx.Conn, sel whoSelection) (*whoView, error) {
@@ -267,7 +289,11 @@ func readWho(ctx context.Context, opts *whoOptions, conn *pgx.Conn, sel whoSelec
 	if err != nil {
 		return nil, err
 	}
-	snap, err := locks.Read(ctx, conn, locks.Filter{All: opts.All, Keys: sel.want})
+	cfg := conn.Config()
+	if opts.Replicas {
+		return readReplicas(ctx, conn, opts, sel, &whoView{server: server, addr: dbconn.Addr(&cfg.Config), staleAfter: opts.Stale, showReplicas: true})
+	}
+	snap, err := locks.Read(ctx, conn, locks.Filter{All: opts.All, Keys: sel.want, Presence: true})
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +308,6 @@ func readWho(ctx context.Context, opts *whoOptions, conn *pgx.Conn, sel whoSelec
 	if err != nil {
 		return nil, err
 	}
-	cfg := conn.Config()
 	return &whoView{server: server, addr: dbconn.Addr(&cfg.Config), now: snap.Now,
 		leases: leases, all: opts.All, staleAfter: opts.Stale, terms: terms}, nil
 }
@@ -292,6 +317,9 @@ func readWho(ctx context.Context, opts *whoOptions, conn *pgx.Conn, sel whoSelec
 // with the term record, one that leads a term it renews
 // ([term.Record.Health]).
 func (v *whoView) checkError() error {
+	if v.showReplicas {
+		return nil // --replicas checks nothing
+	}
 	var bad []string
 	for _, l := range v.leases {
 		if !l.Requested {
@@ -334,6 +362,26 @@ func renderWho(w io.Writer, opts *whoOptions, v *whoView) error {
 		return writeWhoJSON(w, v)
 	}
 	return renderWhoText(w, opts.app.styles(), opts.app.Color(), v, sessionLayoutOf(opts.app))
+}
+
+// readReplicas reads the replicas that serve roles into v: every advisory
+// lock of the database, in one query, laid out by process
+// ([locks.Snapshot.Replicas]). ROLE or KEY arguments keep the replicas that
+// lead or wait for one of them.
+func readReplicas(ctx context.Context, conn *pgx.Conn, opts *whoOptions, sel whoSelection, v *whoView) (*whoView, error) {
+	snap, err := locks.Read(ctx, conn, locks.Filter{All: true})
+	if err != nil {
+		return nil, err
+	}
+	v.now = snap.Now
+	all := snap.Replicas(sel.roles.NamesByKey())
+	v.replicas = make([]locks.Replica, 0, len(all))
+	for _, r := range all {
+		if len(opts.Args) == 0 || slices.ContainsFunc(slices.Concat(r.Leads, r.Waits), func(ref locks.RoleRef) bool { return slices.Contains(sel.want, ref.Key) }) {
+			v.replicas = append(v.replicas, r)
+		}
+	}
+	return v, nil
 }
 
 // watchWho redraws until ctx ends (Ctrl-C): in place on a terminal, as a
@@ -426,6 +474,9 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView, lay sessionLa
 	if _, err := io.WriteString(w, head.String()); err != nil {
 		return err
 	}
+	if v.showReplicas {
+		return renderReplicas(w, st, color, v.server, v.replicas, v.now, lay)
+	}
 	if len(v.leases) == 0 {
 		msg := "no advisory locks in database " + termSafe(v.server.Database)
 		if !v.all {
@@ -437,6 +488,7 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView, lay sessionLa
 	var rows [][]string
 	var anyStale, anyHidden, anyPrepared bool
 	var termNotes []string
+	leads := leadersOf(v.leases)
 	cols := plainSessions
 	if v.terms != nil {
 		cols = termSessions
@@ -463,6 +515,19 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView, lay sessionLa
 				termNotes = append(termNotes, note)
 			}
 		}
+		if l.PresenceOf != nil {
+			// A presence lock: the replicas that serve its role, none of
+			// them a holder of any lease.
+			for _, h := range l.Present {
+				state := "present"
+				if leads[h.PID][l.PresenceOf.Key] {
+					state += ", leads"
+				}
+				add(sessionRow(l.Name(), key, state, h, v.now))
+				anyHidden = anyHidden || h.Hidden
+			}
+			continue
+		}
 		if !l.Held() {
 			add([]string{role, key, string(locks.Free) + waitingSuffix(l), "-", "-", "-", "-", "-", "-"}, termCells(place, placed)...)
 		}
@@ -483,7 +548,10 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView, lay sessionLa
 		for _, s := range l.Waiters {
 			add(sessionRow(role, key, "waiting", s, v.now))
 		}
-		for _, s := range slices.Concat(l.Holders, l.Waiters) {
+		for _, s := range l.StandBys {
+			add(sessionRow(role, key, standingBy, s, v.now))
+		}
+		for _, s := range slices.Concat(l.Holders, l.Waiters, l.StandBys) {
 			anyHidden = anyHidden || s.Hidden
 			anyPrepared = anyPrepared || s.Prepared != nil
 		}
@@ -552,18 +620,48 @@ type whoJSON struct {
 }
 
 type leaseJSON struct {
-	Role        *string        `json:"role"`
-	Key         string         `json:"key"`
-	KeyForm     string         `json:"key_form"`
-	Requested   bool           `json:"requested"`
-	State       string         `json:"state"`
-	Stale       bool           `json:"stale"`
-	Health      string         `json:"health"`
-	Term        *leaseTermJSON `json:"term"`
-	WaiterCount int            `json:"waiter_count"`
-	Holders     []sessionJSON  `json:"holders"`
-	Waiters     []sessionJSON  `json:"waiters"`
+	Role    *string `json:"role"`
+	Key     string  `json:"key"`
+	KeyForm string  `json:"key_form"`
+	// Kind is "lease", or "presence" for a role's presence lock (--all).
+	Kind       string         `json:"kind"`
+	PresenceOf *roleRefJSON   `json:"presence_of"`
+	Requested  bool           `json:"requested"`
+	State      string         `json:"state"`
+	Stale      bool           `json:"stale"`
+	Health     string         `json:"health"`
+	Term       *leaseTermJSON `json:"term"`
+	// WaiterCount counts Waiters and StandBys.
+	WaiterCount int           `json:"waiter_count"`
+	Holders     []sessionJSON `json:"holders"`
+	Waiters     []sessionJSON `json:"waiters"`
+	// StandBys are a group's stand-bys; Present every session present for
+	// the role (its presence lock's holders).
+	StandBys []sessionJSON `json:"stand_bys"`
+	Present  []sessionJSON `json:"present"`
 }
+
+// roleRefJSON names a role: its name (null for a key of no role) and key.
+type roleRefJSON struct {
+	Role *string `json:"role"`
+	Key  string  `json:"key"`
+}
+
+func roleRefJSONOf(r locks.RoleRef) roleRefJSON {
+	j := roleRefJSON{Key: r.Key.String()}
+	if r.Role != "" {
+		j.Role = &r.Role
+	}
+	return j
+}
+
+// Kinds of who's leases, and the state and health of a presence lock's.
+const (
+	kindLease      = "lease"
+	kindPresence   = "presence"
+	statePresent   = "PRESENT"
+	healthPresence = "presence"
+)
 
 // whoJSONOf is the whole document of one reading.
 func whoJSONOf(v *whoView) whoJSON {
@@ -580,6 +678,9 @@ func whoJSONOf(v *whoView) whoJSON {
 // --all that is thousands of them, never held as one document. The bytes
 // are writeJSON(whoJSONOf(v)).
 func writeWhoJSON(w io.Writer, v *whoView) error {
+	if v.showReplicas {
+		return writeJSON(w, replicasJSONOf(v))
+	}
 	o := newJSONObject(w)
 	o.Header(header(v.checkError() == nil))
 	o.Field("server", v.server)
@@ -606,15 +707,25 @@ func whoHidden(v *whoView) (bool, *string) {
 func leaseJSONOf(v *whoView, i int) leaseJSON {
 	l := &v.leases[i]
 	lj := leaseJSON{
-		Key: l.Key.String(), KeyForm: "bigint", Requested: l.Requested, State: string(l.State()),
-		Stale: l.Stale(v.now, v.staleAfter), WaiterCount: len(l.Waiters),
+		Key: l.Key.String(), KeyForm: "bigint", Kind: kindLease, Requested: l.Requested, State: string(l.State()),
+		Stale: l.Stale(v.now, v.staleAfter), WaiterCount: l.WaiterCount(),
 		Holders: make([]sessionJSON, 0, len(l.Holders)), Waiters: make([]sessionJSON, 0, len(l.Waiters)),
+		StandBys: make([]sessionJSON, 0, len(l.StandBys)), Present: make([]sessionJSON, 0, len(l.Present)),
 	}
 	if l.Role != "" {
 		lj.Role = &l.Role
 	}
 	if l.Key.Form == locks.Pair {
 		lj.KeyForm = "pair"
+	}
+	for _, s := range l.Present {
+		lj.Present = append(lj.Present, sessionJSONOf(s, v.now, 0))
+	}
+	if l.PresenceOf != nil {
+		// Present for a role; a holder of nothing.
+		ref := roleRefJSONOf(*l.PresenceOf)
+		lj.Kind, lj.PresenceOf, lj.State, lj.Stale, lj.Health, lj.WaiterCount = kindPresence, &ref, statePresent, false, healthPresence, 0
+		return lj
 	}
 	h := v.terms.Health(*l, v.now, v.staleAfter)
 	lj.Health = h.String()
@@ -626,6 +737,9 @@ func leaseJSONOf(v *whoView, i int) leaseJSON {
 	}
 	for _, s := range l.Waiters {
 		lj.Waiters = append(lj.Waiters, sessionJSONOf(s, v.now, v.staleAfter))
+	}
+	for _, s := range l.StandBys {
+		lj.StandBys = append(lj.StandBys, sessionJSONOf(s, v.now, 0))
 	}
 	return lj
 }
@@ -640,6 +754,19 @@ func (l *leaseJSON) appendJSON(a *jsonAppender) {
 	a.str(l.Key)
 	a.key("key_form")
 	a.str(l.KeyForm)
+	a.key("kind")
+	a.str(l.Kind)
+	a.key("presence_of")
+	if p := l.PresenceOf; p == nil {
+		a.null()
+	} else {
+		a.open('{')
+		a.key("role")
+		a.strPtr(p.Role)
+		a.key("key")
+		a.str(p.Key)
+		a.close('}')
+	}
 	a.key("requested")
 	a.bool(l.Requested)
 	a.key("state")
@@ -655,7 +782,7 @@ func (l *leaseJSON) appendJSON(a *jsonAppender) {
 	for _, f := range []struct {
 		name     string
 		sessions []sessionJSON
-	}{{"holders", l.Holders}, {"waiters", l.Waiters}} {
+	}{{"holders", l.Holders}, {"waiters", l.Waiters}, {"stand_bys", l.StandBys}, {"present", l.Present}} {
 		a.key(f.name)
 		if f.sessions == nil {
 			a.null()

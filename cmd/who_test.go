@@ -332,7 +332,7 @@ func TestWhoStandbyWarning(t *testing.T) {
 var (
 	whoJSONFields     = []string{"schema_version", "ok", "server", "now", "stale_after_ms", "leases", "hidden", "reveal_grant"}
 	serverJSONFields  = []string{"version", "version_num", "addr", "port", "in_recovery", "database", "user", "backend_pid", "system_identifier", "postmaster_start_time"}
-	leaseJSONFields   = []string{"role", "key", "key_form", "requested", "state", "stale", "health", "term", "waiter_count", "holders", "waiters"}
+	leaseJSONFields   = []string{"role", "key", "key_form", "kind", "presence_of", "requested", "state", "stale", "health", "term", "waiter_count", "holders", "waiters", "stand_bys", "present"}
 	sessionJSONFields = []string{"pid", "prepared_xact", "mode", "user", "application_name", "client_addr", "client_port",
 		"backend_start", "state", "state_change", "idle_ms", "wait_start", "wait_ms", "stale", "hidden", "gone"}
 )
