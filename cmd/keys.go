@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -79,8 +80,9 @@ func newKeysLintCmd(app *App, runF func(*keysLintOptions) error) *cobra.Command 
 	c := &cobra.Command{
 		Use:   "lint [FILE]",
 		Short: "Check keys.yaml: syntax, names, keys, shared and reserved keys",
-		Long: `Check one keys file (default: the --keys file) and list every problem with
-file:line. Exit 0 when the file is valid, 2 when it is not.
+		Long: `Check one keys file (default: the --keys file; - reads standard input) and
+list every problem with file:line. Exit 0 when the file is valid, 2 when it
+is not.
 
 Keys are int64 values written in plain decimal or as 0x hex: the spellings
 every YAML reader agrees on. Anchors and aliases are refused.
@@ -88,7 +90,8 @@ every YAML reader agrees on. Anchors and aliases are refused.
 Rules:
 ` + rulesHelp(keys.LintRules),
 		Example: `  leasectl keys lint
-  leasectl keys lint deploy/keys.yaml -o github-actions`,
+  leasectl keys lint deploy/keys.yaml -o github-actions
+  kubectl get configmap leases -o jsonpath='{.data.keys\.yaml}' | leasectl keys lint -`,
 		Args:              maxArgs(1),
 		ValidArgsFunction: completeKeysFile,
 		RunE: func(c *cobra.Command, args []string) error {
@@ -143,7 +146,14 @@ func runKeysLint(ctx context.Context, opts *keysLintOptions) error {
 	if path == "" {
 		path = app.KeysPath()
 	}
-	f, err := keys.Load(path)
+	var f *keys.File
+	var err error
+	if path == "-" {
+		path = "<stdin>"
+		f, err = readKeysFrom(app.IO.In, path)
+	} else {
+		f, err = keys.Load(path)
+	}
 	var invalid *keys.InvalidError
 	if err != nil && !errors.As(err, &invalid) {
 		return err
@@ -407,6 +417,16 @@ func diffSummary(res *diffResult, file string) string {
 }
 
 // plural renders "1 error", "2 errors".
+// readKeysFrom parses a keys file read from r (standard input), named
+// name in messages, with the size limit of a file.
+func readKeysFrom(r io.Reader, name string) (*keys.File, error) {
+	data, err := io.ReadAll(io.LimitReader(r, keys.MaxFileSize+1))
+	if err != nil {
+		return nil, &InputError{Err: fmt.Errorf("read %s: %w", name, err)}
+	}
+	return keys.Parse(name, data)
+}
+
 func plural(n int, word string) string {
 	if n == 1 {
 		return fmt.Sprintf("1 %s", word)

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"os"
@@ -501,5 +502,30 @@ func TestKeysGitHubActionsErrorsAreAnnotations(t *testing.T) {
 	wantExit(t, res, ExitUsage)
 	if !strings.HasPrefix(res.Stderr, "error: this repository is a shallow clone") || res.Stdout != "" {
 		t.Errorf("text format:\nstdout: %s\nstderr: %s", res.Stdout, res.Stderr)
+	}
+}
+
+// TestKeysLintReadsStdin: `keys lint -` checks what comes on standard
+// input, naming it <stdin> in problems.
+func TestKeysLintReadsStdin(t *testing.T) {
+	ok := runCLIWith(t, context.Background(), nil, false, "roles:\n  poller: 1840000001\n", "keys", "lint", "-")
+	if ok.Code != ExitOK {
+		t.Errorf("valid input: exit %d, stderr:\n%s", ok.Code, ok.Stderr)
+	}
+	bad := runCLIWith(t, context.Background(), nil, false, "roles:\n  poller: 1840000001\n  sched: 1840000001\n", "keys", "lint", "-")
+	if bad.Code != ExitUsage || !strings.Contains(bad.Stdout+bad.Stderr, "<stdin>:3") {
+		t.Errorf("shared key: exit %d, stdout:\n%s\nstderr:\n%s\nwant exit 2 naming <stdin>:3", bad.Code, bad.Stdout, bad.Stderr)
+	}
+}
+
+// TestUnknownRoleSuggestsTheNearest: a misspelt role gets a suggestion.
+func TestUnknownRoleSuggestsTheNearest(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys.yaml")
+	if err := os.WriteFile(path, []byte("roles:\n  poller: 1840000001\n  scheduler: 1840000002\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res := runCLI(t, map[string]string{"LEASECTL_DSN": "postgres://u@127.0.0.1:1/db", "LEASECTL_KEYS": path}, "run", "--role", "schedular", "--", "true")
+	if res.Code != ExitUsage || !strings.Contains(res.Stderr, `did you mean "scheduler"?`) {
+		t.Errorf("exit %d, stderr:\n%s", res.Code, res.Stderr)
 	}
 }

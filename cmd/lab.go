@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -268,7 +269,7 @@ func newLabDownCmd(opts *labOptions, runF func(*labOptions) error) *cobra.Comman
 	return &cobra.Command{
 		Use:   "down",
 		Short: "Stop the lab and remove its files",
-		Long:  "Stop every process the lab started, wait until they are gone, and remove the lab's files.",
+		Long:  "Stop every process the lab started, wait until they are gone, and remove the lab's files.\nWith no lab running it says so and exits 0: what down is for is already true.",
 		Args:  noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return labRun(c, opts, runF, runLabDown)
@@ -279,6 +280,13 @@ func newLabDownCmd(opts *labOptions, runF func(*labOptions) error) *cobra.Comman
 // runLabDown is `leasectl lab down`.
 func runLabDown(ctx context.Context, opts *labOptions) error {
 	l, err := lab.Load(opts.Dir)
+	if errors.Is(err, lab.ErrNoLab) && !lab.HasState(opts.Dir) {
+		if opts.app.JSON() {
+			return writeJSON(opts.app.IO.Out, labDownJSON{docHeader: header(true), Dir: opts.Dir, Stopped: false})
+		}
+		fmt.Fprintf(opts.app.IO.Out, "no lab in %s: nothing to stop\n", opts.Dir)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

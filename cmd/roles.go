@@ -110,7 +110,43 @@ func unknownRoleError(name string, f *keys.File, how keyArgs) error {
 	if len(f.Roles) == 0 {
 		return &InputError{Err: fmt.Errorf("unknown role %q: %s has no roles%s", name, f.Path, instead)}
 	}
-	return &InputError{Err: fmt.Errorf("unknown role %q: %s has %s%s", name, f.Path, strings.Join(f.Names(), ", "), orKey)}
+	var mean string
+	if near := closest(name, f.Names()); near != "" {
+		mean = fmt.Sprintf("; did you mean %q?", near)
+	}
+	return &InputError{Err: fmt.Errorf("unknown role %q: %s has %s%s%s", name, f.Path, strings.Join(f.Names(), ", "), orKey, mean)}
+}
+
+// closest returns the one of names within an edit distance of 2 of name
+// (ignoring case) that is nearest, or "".
+func closest(name string, names []string) string {
+	best, bestD := "", 3
+	for _, n := range names {
+		if d := editDistance(strings.ToLower(name), strings.ToLower(n)); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, by bytes.
+func editDistance(a, b string) int {
+	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // checkProbeKeyIsFree refuses a probe key that a role of the keys file uses

@@ -324,6 +324,11 @@ func (a *App) Color() bool {
 func noArgs(c *cobra.Command, args []string) error {
 	if len(args) > 0 && c.HasSubCommands() {
 		var suggest string
+		// Cobra's own default distance (2) applies only inside cobra;
+		// called directly, SuggestionsFor would suggest prefixes alone.
+		if c.SuggestionsMinimumDistance <= 0 {
+			c.SuggestionsMinimumDistance = 2
+		}
 		if s := c.SuggestionsFor(args[0]); len(s) > 0 {
 			suggest = fmt.Sprintf("; did you mean %q?", s[0])
 		}
@@ -345,7 +350,7 @@ func parentRunE(c *cobra.Command, _ []string) error { return c.Help() }
 func maxArgs(n int) cobra.PositionalArgs {
 	return func(c *cobra.Command, args []string) error {
 		if len(args) > n {
-			return usageErrorf("%q takes at most %d argument(s), got %d", c.CommandPath(), n, len(args))
+			return usageErrorf("%q takes at most %s, got %d", c.CommandPath(), plural(n, "argument"), len(args))
 		}
 		return nil
 	}

@@ -53,6 +53,10 @@ func TestUsageErrorsAreOneLineAndAHint(t *testing.T) {
 		// unknown subcommands
 		{[]string{"bogus"}, "leasectl", `unknown command "bogus" for "leasectl"`, ""},
 		{[]string{"prob"}, "leasectl", `unknown command "prob" for "leasectl"; did you mean "probe"?`, ""},
+		{[]string{"whoo"}, "leasectl", `unknown command "whoo" for "leasectl"; did you mean "who"?`, ""},
+		{[]string{"failovr"}, "leasectl", `unknown command "failovr" for "leasectl"; did you mean "failover"?`, ""},
+		{[]string{"verfy"}, "leasectl", `unknown command "verfy" for "leasectl"; did you mean "verify"?`, ""},
+		{[]string{"keys", "lnt"}, "leasectl keys", `unknown command "lnt" for "leasectl keys"; did you mean "lint"?`, ""},
 		{[]string{"keys", "bogus"}, "leasectl keys", `unknown command "bogus" for "leasectl keys"`, ""},
 		{[]string{"lab", "bogus"}, "leasectl lab", `unknown command "bogus" for "leasectl lab"`, ""},
 		{[]string{"completion", "tcsh"}, "leasectl completion", `unknown shell "tcsh"`, ""},
@@ -64,8 +68,8 @@ func TestUsageErrorsAreOneLineAndAHint(t *testing.T) {
 		{[]string{"failover"}, "leasectl failover", "name the ROLE to fail over, or give --key N", ""},
 		{[]string{"completion"}, "leasectl completion", "needs a shell", ""},
 		{[]string{"lab", "revive"}, "leasectl lab revive", "needs one NODE", ""},
-		{[]string{"probe", "a", "b"}, "leasectl probe", "takes at most 1 argument(s)", ""},
-		{[]string{"keys", "lint", "a.yaml", "b.yaml"}, "leasectl keys lint", "takes at most 1 argument(s)", ""},
+		{[]string{"probe", "a", "b"}, "leasectl probe", "takes at most 1 argument, got 2", ""},
+		{[]string{"keys", "lint", "a.yaml", "b.yaml"}, "leasectl keys lint", "takes at most 1 argument, got 2", ""},
 		{[]string{"version", "extra"}, "leasectl version", "takes no arguments", ""},
 		{[]string{"lab", "status", "extra"}, "leasectl lab status", "takes no arguments", ""},
 		// conflicting values: a deprecated name and its replacement

@@ -337,6 +337,13 @@ func poolerSpecs(opts Options) []PoolerSpec {
 	return opts.Poolers
 }
 
+// HasState reports whether dir holds a file where a lab keeps its state,
+// valid or not.
+func HasState(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, stateFile))
+	return err == nil
+}
+
 // Load reads the state of the lab kept in dir. It returns an error wrapping
 // ErrNoLab when there is none.
 func Load(dir string) (*Lab, error) {
