@@ -461,7 +461,7 @@ func TestKeysGitHubActionsErrorsAreAnnotations(t *testing.T) {
 		{"diff: the deprecated --format", []string{"keys", "diff", noTags.Path("keys.yaml"), "--format", "github-actions"}, ExitUsage,
 			"::error file=keys.yaml,title=leasectl keys diff::no tag is reachable from HEAD"},
 		{"lint: too many arguments", []string{"keys", "lint", "a.yaml", "b.yaml", gh}, ExitUsage,
-			`::error title=leasectl keys lint::"leasectl keys lint" takes at most 1 argument(s)`},
+			`::error title=leasectl keys lint::"leasectl keys lint" takes at most 1 argument, got 2`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := runCLI(t, nil, tc.args...)

@@ -313,3 +313,39 @@ func parseMan(name, page string) string {
 	}
 	return ""
 }
+
+// TestDocsNameOnlyTaggedVersions: a doc that tells a user to install,
+// download or pin vX.Y.Z must name a tag of this repository; before the
+// first release the docs say how to build from a clone instead.
+func TestDocsNameOnlyTaggedVersions(t *testing.T) {
+	out, err := exec.Command("git", "-C", root, "tag", "--list").Output()
+	if err != nil {
+		t.Fatalf("git tag: %v", err)
+	}
+	tags := map[string]bool{}
+	for _, tag := range strings.Fields(string(out)) {
+		tags[tag] = true
+	}
+	files, err := Files(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, "action.yml", "examples/k8s/poller.yaml")
+	version := regexp.MustCompile(`(?:@|leasectl:|VERSION=|version: )(v[0-9]+\.[0-9]+\.[0-9]+)\b`)
+	for _, f := range files {
+		if f == "CHANGELOG.md" {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(data), "\n") {
+			for _, m := range version.FindAllStringSubmatch(line, -1) {
+				if !tags[m[1]] {
+					t.Errorf("%s:%d names %s, which is not a tag of this repository: %s", f, i+1, m[1], strings.TrimSpace(line))
+				}
+			}
+		}
+	}
+}
