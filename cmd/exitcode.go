@@ -93,6 +93,10 @@ func printError(w io.Writer, c *cobra.Command, err error) {
 	if errors.As(err, &childExit) {
 		return // leasectl run: the program's own status, logged already
 	}
+	if errors.Is(err, errPromptInterrupted) {
+		fmt.Fprintln(w, err.Error())
+		return
+	}
 	if errors.Is(err, errkind.Interrupted) {
 		fmt.Fprintln(w, "interrupted: no verdict")
 		return

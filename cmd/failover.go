@@ -127,7 +127,7 @@ name is exit 1, listing the replicas seen.`,
 	opts.keyFlag = keyFlag{pairs: true}
 	f.Var(&opts.keyFlag, "key", "the advisory key to fail over instead of a ROLE: an integer in decimal or 0x hex, or k1,k2 for the two-int4 form")
 	f.StringVar(&opts.Replica, "replica", "", "move every role off the replicas of this `NAME` (an application_name, or the host after its last '@'), as for a node drain")
-	f.BoolVar(&opts.Yes, "yes", false, "fail over without asking for confirmation")
+	f.BoolVarP(&opts.Yes, "yes", "y", false, "fail over without asking for confirmation")
 	f.BoolVar(&opts.Force, "force", false, "terminate the holder's backend at once instead of asking the leader to step down (with --replica: each replica's lease session, which moves all its roles at once)")
 	f.DurationVar(&opts.Wait, "wait", 15*time.Second, "how long to wait for a stand-by to take over (and, with the term record, to begin its term)")
 	return c
@@ -219,7 +219,7 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 			return &InputError{Err: fmt.Errorf("not confirmed, and there is no terminal to ask on: nothing was done; to fail over pid %d, run again with --yes: %s",
 				h.PID, confirmCommand(opts))}
 		}
-		ok, err := confirm(app, pre, "\n"+wrapIndented(0, fmt.Sprintf("%s so that a stand-by takes over %s?", upperFirst(action), target.Locks.Name()), app.Width()))
+		ok, err := confirm(ctx, app, pre, "\n"+wrapIndented(0, fmt.Sprintf("%s so that a stand-by takes over %s?", upperFirst(action), target.Locks.Name()), app.Width()))
 		if err != nil {
 			return err
 		}
@@ -537,7 +537,7 @@ func runFailoverReplica(ctx context.Context, opts *failoverOptions) error {
 			return &InputError{Err: fmt.Errorf("not confirmed, and there is no terminal to ask on: nothing was done; to fail over %s, run again with --yes: %s",
 				replicaNames(d.Replicas), confirmCommand(opts))}
 		}
-		ok, err := confirm(app, pre, "\n"+wrapIndented(0, upperFirst(action)+", so that stand-bys take over each role?", app.Width()))
+		ok, err := confirm(ctx, app, pre, "\n"+wrapIndented(0, upperFirst(action)+", so that stand-bys take over each role?", app.Width()))
 		if err != nil {
 			return err
 		}

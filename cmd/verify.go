@@ -76,7 +76,7 @@ terminal, and with no terminal it exits 2 without doing anything.`,
 	f := c.Flags()
 	f.BoolVar(&opts.Failover, "failover", false, "also fail each role over and time the takeover (needs --yes, or a yes on the terminal)")
 	f.BoolVar(&opts.Force, "force", false, "with --failover: terminate each leader at once instead of asking it to step down")
-	f.BoolVar(&opts.Yes, "yes", false, "confirm --failover without asking")
+	f.BoolVarP(&opts.Yes, "yes", "y", false, "confirm --failover without asking")
 	f.DurationVar(&opts.Within, "wait", 15*time.Second, "how long clean_failover waits for a stand-by to take over")
 	f.Duration("within", 15*time.Second, "")
 	deprecatedAlias(f, "within", "wait")
@@ -150,7 +150,7 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 		if app.JSON() {
 			w = app.IO.ErrOut
 		}
-		ok, err := confirm(app, w, what+". Go ahead?")
+		ok, err := confirm(ctx, app, w, what+". Go ahead?")
 		if err != nil {
 			return err
 		}

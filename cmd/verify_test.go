@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leasectl/leasectl/internal/pgtest"
 )
 
 // verifyCmd runs `leasectl --dsn DIRECT --keys KEYS verify ARGS...` with no
@@ -26,7 +28,17 @@ func twoRoles(t *testing.T) string {
 	return path
 }
 
+// forgetTerms drops the term record that other tests of the package
+// (leasectl run) created in the lab's database: these tests hold the keys
+// with plain sessions, which begin no term, and where the record exists
+// verify rightly fails such a holder.
+func forgetTerms(t *testing.T) {
+	t.Helper()
+	pgtest.Exec(t, pgtest.Conn(t, needLab(t).DirectDSN(), ""), "DROP SCHEMA IF EXISTS leasectl CASCADE")
+}
+
 func TestVerifyPassesOnAHealthyDeployment(t *testing.T) {
+	forgetTerms(t)
 	_, pollerPID := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	_, schedulerPID := leader(t, needLab(t).DirectDSN(), "scheduler-a", foSchedulerKey)
 	pollerStandBy, _ := standBy(t, "poller-b", foPollerKey)
@@ -55,6 +67,7 @@ func TestVerifyPassesOnAHealthyDeployment(t *testing.T) {
 }
 
 func TestVerifyFailsWithTwoRolesUnheld(t *testing.T) {
+	forgetTerms(t)
 	_, pid := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	res := verifyCmd(t, foKeys(t))
 	if res.Code != ExitCheckFailed {
@@ -100,6 +113,7 @@ func TestVerifyFailsWithTwoRolesUnheld(t *testing.T) {
 // TestVerifyFailsWhenThePoolerIsSafe: the session-mode pooler passes the
 // probe, so it is not the pooler to reject.
 func TestVerifyFailsWhenThePoolerIsSafe(t *testing.T) {
+	forgetTerms(t)
 	leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	res := verifyCmd(t, foKeys(t), "poller", "--pooler-dsn", needLab(t).PoolerDSN("session"))
 	if res.Code != ExitCheckFailed {
@@ -113,6 +127,7 @@ func TestVerifyFailsWhenThePoolerIsSafe(t *testing.T) {
 }
 
 func TestVerifyFailoverNeedsConfirmation(t *testing.T) {
+	forgetTerms(t)
 	_, pid := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	res := verifyCmd(t, foKeys(t), "poller", "--failover")
 	if res.Code != ExitUsage || !strings.Contains(res.Stderr, "--yes") || res.Stdout != "" {
@@ -128,6 +143,7 @@ func TestVerifyFailoverNeedsConfirmation(t *testing.T) {
 }
 
 func TestVerifyNeverShowsThePoolerPassword(t *testing.T) {
+	forgetTerms(t)
 	leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	const password = "verify-s3cret-pw"
 	dead := fmt.Sprintf("postgres://someone:%s@127.0.0.1:1/postgres?sslmode=disable", password)

@@ -1,0 +1,52 @@
+package cmd
+
+import (
+	"context"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasectl/leasectl/internal/leasetest"
+)
+
+// TestCtrlCAtThePromptEndsAtOnce: SIGINT at failover's [y/N] prompt (it
+// cancels the command's context) ends the command at once with exit 130,
+// and nothing is done: the leader still holds the key. The answer a person
+// was typing is never read.
+func TestCtrlCAtThePromptEndsAtOnce(t *testing.T) {
+	_, pid := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
+	in, typing := io.Pipe() // a terminal nobody answers on
+	defer typing.Close()
+	var out, errOut leasetest.Buffer // written by the command while the test reads
+	app := &App{
+		IO:     &IOStreams{In: in, Out: &out, ErrOut: &errOut, InTTY: true, OutTTY: true, ErrTTY: true},
+		Getenv: func(string) string { return "" },
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, app, []string{"--dsn", needLab(t).DirectDSN(), "--keys", foKeys(t), "failover", "poller"})
+	}()
+	deadline := time.Now().Add(hang)
+	for !strings.Contains(out.String()+errOut.String(), "[y/N]") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no prompt; stdout:\n%s\nstderr:\n%s", &out, &errOut)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel() // what SIGINT does
+	var code int
+	select {
+	case code = <-done:
+	case <-time.After(hang):
+		t.Fatal("failover still waits for an answer after Ctrl-C")
+	}
+	if code != ExitInterrupted || !strings.Contains(errOut.String(), "interrupted at the prompt: nothing done") {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 130 and 'nothing done'", code, &errOut)
+	}
+	if hs := holders(t, foPollerKey); !slices.Contains(hs, uint32(pid)) {
+		t.Errorf("holders of the key after an interrupted prompt: %v, want the leader %d", hs, pid)
+	}
+}
