@@ -50,3 +50,16 @@ func TestCtrlCAtThePromptEndsAtOnce(t *testing.T) {
 		t.Errorf("holders of the key after an interrupted prompt: %v, want the leader %d", hs, pid)
 	}
 }
+
+// TestNoDSNAnywhereSaysSo: with no DSN in any of the places leasectl looks,
+// the error says that, not "check host= in the DSN".
+func TestNoDSNAnywhereSaysSo(t *testing.T) {
+	for _, v := range pgConnVars {
+		t.Setenv(v, "") // libpq's variables are read from the process itself
+	}
+	res := runCLI(t, map[string]string{}, "who", "--keys", foKeys(t))
+	if res.Code != ExitUnavailable || !strings.Contains(res.Stderr, "no DSN was given: leasectl looked for --dsn, $LEASECTL_DSN, $DATABASE_URL") ||
+		strings.Contains(res.Stderr, "check host=") {
+		t.Errorf("exit %d, stderr:\n%s", res.Code, res.Stderr)
+	}
+}

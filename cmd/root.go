@@ -291,7 +291,33 @@ func (a *App) Connect(ctx context.Context, arg string) (*pgx.Conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.Global.Timeout)
 	defer cancel()
-	return dbconn.Connect(ctx, cfg)
+	conn, err := dbconn.Connect(ctx, cfg)
+	if err != nil {
+		a.noDSNHint(arg, err)
+	}
+	return conn, err
+}
+
+// pgConnVars are libpq's variables that say where to connect.
+var pgConnVars = []string{"PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE", "PGSERVICEFILE"}
+
+// noDSNHint says, on a failed connect, that no DSN was given anywhere,
+// where leasectl looked, and what it tried instead: the user did not ask
+// for libpq's default socket, and a hint about the DSN's host= would
+// mislead.
+func (a *App) noDSNHint(arg string, err error) {
+	if _, source := a.DSN(arg); source != "PG* environment" {
+		return
+	}
+	for _, v := range pgConnVars {
+		if a.Getenv(v) != "" {
+			return
+		}
+	}
+	var ce *dbconn.ConnectError
+	if errors.As(err, &ce) {
+		ce.SetHint("no DSN was given: leasectl looked for --dsn, $LEASECTL_DSN, $DATABASE_URL and libpq's PG* variables, found none, and tried libpq's default, the local server; give the database with --dsn or LEASECTL_DSN")
+	}
 }
 
 // KeysPath returns the keys file to use: --keys, $LEASECTL_KEYS, ./keys.yaml.

@@ -51,6 +51,10 @@ func (e *ConnectError) Error() string {
 // Unwrap returns the underlying pgx or network error.
 func (e *ConnectError) Unwrap() error { return e.Err }
 
+// SetHint replaces the error's hint: the caller knows better what went
+// wrong (no DSN was given at all, say).
+func (e *ConnectError) SetHint(hint string) { e.hint = hint }
+
 // TimedOut reports whether the attempt ran out of time.
 func (e *ConnectError) TimedOut() bool {
 	var netErr net.Error
