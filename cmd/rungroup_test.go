@@ -183,4 +183,3 @@ func TestRunProcfileLeadsEveryRoleOnce(t *testing.T) {
 func isRunning(pid int) bool {
 	return syscall.Kill(pid, 0) == nil && running(pid)
 }
-

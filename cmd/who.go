@@ -505,7 +505,10 @@ func renderWhoText(w io.Writer, st styles, color bool, v *whoView, lay sessionLa
 	}
 	for _, l := range v.leases {
 		role := l.Role
-		if role == "" {
+		switch {
+		case l.FenceOf != nil:
+			role = l.Name()
+		case role == "":
 			role = "-"
 		}
 		key := l.Key.String()
@@ -623,7 +626,8 @@ type leaseJSON struct {
 	Role    *string `json:"role"`
 	Key     string  `json:"key"`
 	KeyForm string  `json:"key_form"`
-	// Kind is "lease", or "presence" for a role's presence lock (--all).
+	// Kind is "lease", "presence" for a role's presence lock or "fence" for
+	// a role's stop fence (--all).
 	Kind       string         `json:"kind"`
 	PresenceOf *roleRefJSON   `json:"presence_of"`
 	Requested  bool           `json:"requested"`
@@ -659,6 +663,7 @@ func roleRefJSONOf(r locks.RoleRef) roleRefJSON {
 const (
 	kindLease      = "lease"
 	kindPresence   = "presence"
+	kindFence      = "fence"
 	statePresent   = "PRESENT"
 	healthPresence = "presence"
 )
@@ -717,6 +722,9 @@ func leaseJSONOf(v *whoView, i int) leaseJSON {
 	}
 	if l.Key.Form == locks.Pair {
 		lj.KeyForm = "pair"
+	}
+	if l.FenceOf != nil {
+		lj.Kind = kindFence
 	}
 	for _, s := range l.Present {
 		lj.Present = append(lj.Present, sessionJSONOf(s, v.now, 0))

@@ -23,6 +23,8 @@ func (l RoleLocks) Name() string {
 	switch {
 	case l.PresenceOf != nil:
 		return "presence of " + l.PresenceOf.Name()
+	case l.FenceOf != nil:
+		return "fence of " + l.FenceOf.Name()
 	case l.Role != "":
 		return l.Role
 	}

@@ -353,6 +353,10 @@ type RoleLocks struct {
 	// are then also its Present sessions: the replicas present for that
 	// role, not holders of any lease.
 	PresenceOf *RoleRef
+	// FenceOf is set on a line that is a role's stop fence (who --all): the
+	// two-int4 form of a role key's 64 bits ([Key.Fence]), held by a
+	// leader's fence session while its program runs.
+	FenceOf *RoleRef
 }
 
 // WaiterCount is how many sessions wait for the key: those queued in
@@ -506,6 +510,12 @@ func (s *Snapshot) ByRole(roles map[int64]string, want []Key, others bool) []Rol
 				}
 				out = append(out, RoleLocks{KeyLocks: l, Present: l.Holders, PresenceOf: &RoleRef{Key: rk, Role: names[rk]}})
 				continue
+			}
+			if l.Key.Form == Pair {
+				if name, ok := names[BigintKey(l.Key.ID)]; ok {
+					out = append(out, RoleLocks{KeyLocks: l, FenceOf: &RoleRef{Key: BigintKey(l.Key.ID), Role: name}})
+					continue
+				}
 			}
 			out = append(out, s.present(RoleLocks{KeyLocks: l}))
 		}
