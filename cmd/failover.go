@@ -368,8 +368,13 @@ func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, beg
 	b.WriteString("\n")
 	if rs := res.Resign; rs != nil {
 		switch {
+		case rs.Answered && rs.Released && res.Takeover != nil:
+			// The takeover line below bounds the release too (a stand-by
+			// holds the key only after it was released), on the tighter
+			// clock: one clock for both, in the order they happened.
+			line(&b, paint(st.OK, "✓"), "pid %d stepped down on request: it answered in %s, stopped its work and released %s", t.Holder.PID, fmtMillis(rs.AnswerTook), name)
 		case rs.Answered && rs.Released:
-			line(&b, paint(st.OK, "✓"), "pid %d stepped down on request: it answered in %s, stopped its work and released %s %s after the request", t.Holder.PID, fmtMillis(rs.AnswerTook), name, fmtMillis(rs.ReleaseTook))
+			line(&b, paint(st.OK, "✓"), "pid %d stepped down on request: it answered in %s, stopped its work and released %s within %s of the request (client clock)", t.Holder.PID, fmtMillis(rs.AnswerTook), name, fmtMillis(rs.ReleaseTook))
 		case rs.Fallback != "":
 			line(&b, paint(st.Warn, "!"), "asked pid %d to step down, but %s: terminating it", t.Holder.PID, rs.Fallback)
 		}

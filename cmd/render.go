@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasectl/leasectl/internal/dur"
+
 	"github.com/charmbracelet/lipgloss"
 	"github.com/leasectl/leasectl/dbconn"
 )
@@ -89,9 +91,8 @@ func orQuoted(s string) string {
 	return s
 }
 
-// fmtMillis renders a short duration in milliseconds: "12.3 ms".
-func fmtMillis(d time.Duration) string {
-	return fmt.Sprintf("%.1f ms", millis(d))
-}
+// fmtMillis renders a measured duration the one way leasectl does
+// (dur.Format): "0.6ms", "412ms", "4.0s".
+func fmtMillis(d time.Duration) string { return dur.Format(d) }
 
 func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dur"
 	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/locks"
@@ -290,16 +291,16 @@ func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.RoleL
 	case err != nil:
 		r.Detail = fmt.Sprintf("%s, then: %v", did, err)
 	case res.Termination != nil && !res.Termination.Gone:
-		r.Detail = fmt.Sprintf("%s took over, but pid %d had not exited %s after it was signalled", res.Takeover.Holder.Describe(), old.PID, res.Termination.Took.Round(time.Millisecond))
+		r.Detail = fmt.Sprintf("%s took over, but pid %d had not exited %s after it was signalled", res.Takeover.Holder.Describe(), old.PID, dur.Format(res.Termination.Took))
 	case res.Path == locks.PathGraceful:
 		r.Status = Pass
 		r.Detail = fmt.Sprintf("%s took over from pid %d within %s of the request to step down (graceful)",
-			res.Takeover.Holder.Describe(), old.PID, res.Takeover.After.Round(100*time.Microsecond))
+			res.Takeover.Holder.Describe(), old.PID, dur.Format(res.Takeover.After))
 		r.Detail += begunDetail(began)
 	default:
 		r.Status = Pass
 		r.Detail = fmt.Sprintf("%s took over from pid %d within %s of the signal; pid %d is gone",
-			res.Takeover.Holder.Describe(), old.PID, res.Takeover.After.Round(100*time.Microsecond), old.PID)
+			res.Takeover.Holder.Describe(), old.PID, dur.Format(res.Takeover.After), old.PID)
 		if res.Resign != nil && res.Resign.Fallback != "" {
 			r.Detail += " (terminated: " + res.Resign.Fallback + ")"
 		}
@@ -314,7 +315,7 @@ func begunDetail(b *term.Began) string {
 		return ""
 	}
 	if b.After > 0 {
-		return fmt.Sprintf(", and began term %d %s after it", b.Term.Epoch, b.After.Round(100*time.Microsecond))
+		return fmt.Sprintf(", and began term %d %s after it", b.Term.Epoch, dur.Format(b.After))
 	}
 	return fmt.Sprintf(", and began term %d", b.Term.Epoch)
 }
