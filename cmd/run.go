@@ -220,7 +220,7 @@ func runRun(ctx context.Context, opts *runOptions) error {
 	metrics := leasehttp.New(role, key, leasehttp.HealthWindow(cfg, opts.Grace))
 	// Every log record of the lease and the program is a sign of life for
 	// /healthz: while the database is down, the retries only log.
-	logger := slog.New(metrics.LogHandler(newRunLogger(errOut, opts.LogFormat).Handler()))
+	logger := slog.New(metrics.LogHandler(newRunLogger(errOut, opts.LogFormat, app).Handler()))
 	// Warnings (a password on the command line) are log records too, in
 	// the log's format (-o).
 	app.warn = func(msg string) { logger.Warn(msg) }
@@ -388,7 +388,10 @@ func stopOnSignals(ctx context.Context, proc signaler, logger *slog.Logger) (con
 	}
 }
 
-func newRunLogger(w io.Writer, format string) *slog.Logger {
+func newRunLogger(w io.Writer, format string, app *App) *slog.Logger {
+	if format == "text" && app.IO.ErrTTY {
+		return slog.New(newTermLogHandler(w, !app.Global.NoColor && app.Getenv("NO_COLOR") == "" && app.Getenv("TERM") != "dumb"))
+	}
 	if format == "json" {
 		h := slog.NewJSONHandler(w, &slog.HandlerOptions{ReplaceAttr: jsonLogAttr})
 		return slog.New(h).With("schema_version", schemaVersion)

@@ -95,7 +95,7 @@ func runGroup(ctx context.Context, opts *runOptions) error {
 	}
 	set := leasehttp.NewSet(leasehttp.HealthWindow(cfg, opts.Grace))
 	// Every log record is a sign of life for /healthz, as in a single run.
-	logger := slog.New(set.LogHandler(newRunLogger(errOut, opts.LogFormat).Handler()))
+	logger := slog.New(set.LogHandler(newRunLogger(errOut, opts.LogFormat, app).Handler()))
 	app.warn = func(msg string) { logger.Warn(msg) }
 	connCfg, _, err := app.ConnConfig("")
 	if err != nil {

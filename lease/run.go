@@ -108,7 +108,8 @@ func (r *runner) setState(to State, pid uint32, err error, attrs ...any) {
 	}
 	r.state = to
 	attrs = append([]any{"state", string(to), "backend_pid", pid}, attrs...)
-	if err != nil {
+	// A step-down on request is not a failure: the message says why.
+	if err != nil && !(to == StandingBy && errors.Is(err, ErrResigned)) {
 		attrs = append(attrs, "err", err.Error())
 	}
 	switch {
