@@ -50,82 +50,26 @@ func newRunCmd(app *App, runF func(*runOptions) error) *cobra.Command {
 		Use:   "run (--role ROLE | --procfile FILE) [flags] [-- CMD [ARGS...]]",
 		Short: "Run a command only while this replica holds the role's lease",
 		Long: `Run CMD only while this replica holds the role's lease: a session-level
-advisory lock on the role's key from keys.yaml (or --key).
+advisory lock on the role's key from keys.yaml (or --key). Run one on every
+replica; the others stand by and take over within milliseconds.
 
-leasectl connects, checks that the server is a primary and that the DSN keeps
-sessions (the probe: a transaction-mode pooler never leads), and stands by in
-the server's lock queue, so that it takes over within milliseconds of the
-leader's session ending. When the lock is granted, and at every heartbeat,
-it proves on the server that its own backend holds the key on the same
-primary; any mismatch (a pooler reconfigured underneath, a load balancer) is
-a lost lease.
+Before CMD starts, leasectl checks that the server is a primary and that the
+DSN keeps sessions (the probe), takes the role's stop fence and begins a
+term in the schema leasectl. CMD runs without a shell, with LEASECTL_ROLE,
+LEASECTL_EPOCH and LEASECTL_FENCE_TOKEN set (see leasectl fence init).
 
-Before CMD starts, leasectl also takes the role's stop fence on a second
-session, and releases it only once CMD and everything it started are gone: a
-new leader waits for it, so two CMDs never overlap when the server ends the
-old leader's session. Each leadership is also a term, recorded in the schema
-leasectl of the lease's database (created when the role may; else leasectl
-fence init): a new leader that finds the previous term not ended (the server
-ended every session at once: a restart) waits until the old leader records
-its end, or until the term's deadline (its last renewal + heartbeat interval
-+ 2 × heartbeat timeout + grace + 2s). A stand-by ends the sessions of a
-holder that stops renewing its term, or that holds the key idle without one
-(a frozen process). leasectl history ROLE shows the terms. Each term has a
-fencing token, LEASECTL_FENCE_TOKEN: a transaction that runs SELECT
-leasectl.fence(token) either commits before the next term begins or does not
-commit, so a CMD that was frozen past its term cannot write (--fence: never
-lead without the record). CMD runs directly (no shell) in its own process
-group, with LEASECTL_ROLE, LEASECTL_KEY, LEASECTL_BACKEND_PID and
-LEASECTL_PROGRAM_ID set, and inherits the lease session as descriptor 3 and
-the fence session as descriptor 4 (leave them alone): if leasectl is killed,
-even with SIGKILL, CMD is killed too, the server hands the lease on only
-after CMD is gone, and leasectl's obituary process records the end of the
-term. leasectl is a child subreaper: daemons CMD starts (setsid,
-double forks) stay in its tree.
+Lease lost or asked to step down (leasectl failover): CMD's tree gets
+SIGTERM, SIGKILL after --grace, and leasectl stands by again. SIGINT or
+SIGTERM: the same, then leasectl exits. CMD exits: leasectl exits with its
+status (--restart: runs it again).
 
-Lease lost (the session ended, a heartbeat or proof failed): CMD's tree gets
-SIGTERM, SIGKILL once --grace has passed, and leasectl stands by again.
-Asked to step down (leasectl failover): the same, then the key goes to the
-first stand-by in the queue.
-SIGINT or SIGTERM to leasectl: the signal is forwarded to CMD's tree, then
-leasectl waits for it (SIGKILL once --grace has passed since the signal),
-releases the lease and exits.
-CMD exits by itself: what is left of its tree is stopped, leasectl releases
-the lease and exits with CMD's status (--restart: stands by and runs CMD
-again after --retry-interval).
+--procfile FILE runs every role of a Procfile (ROLE: COMMAND ARGS... per
+line) in this one process over two shared sessions; the replicas spread the
+roles among themselves.
 
-While the database is unreachable, refuses the DSN or is a standby, leasectl
-logs it and keeps trying; it never exits for that. Exit status: CMD's own
-(128+N when signal N killed it); 0 when stopped while standing by; 2 for bad
-flags, an unknown role, an invalid keys.yaml or DSN, or a CMD that cannot be
-started.
-
-Logs go to stderr (-o text or -o json), one line per state change with
-role, key and backend_pid. --metrics-addr serves Prometheus metrics at
-/metrics, /readyz (200 while leading or standing by on a primary) and
-/healthz (200 while the lease loop shows signs of life, database outages
-included), for Kubernetes probes. Sessions are named "leasectl run ROLE@HOST" (and
-" fence") unless the DSN sets application_name. Timing: a leader notices a
-dead network within --heartbeat-interval + --heartbeat-timeout, and its
-sessions on the server are set to outlive a silent client by that plus
---grace (tcp_user_timeout), so two CMDs never run at once because of a
-partition.
-
---procfile FILE runs every role of a Procfile (lines ROLE: COMMAND ARGS...,
-comments after #, no shell) in this one process instead: each role's command runs
-only while this replica holds that role's key, with everything above, per
-role. All roles share one lease session and one stop fence session (both
-named "leasectl run FILE@HOST"); stand-bys poll for the keys every 50ms and
-the replicas spread the roles among themselves. A role missing from
-keys.yaml is an input error naming FILE:LINE. The flags apply to every role;
-without --restart a role whose command exits ends on this replica, and
-leasectl exits once every role has ended.
-
-Systems: everything above holds on Linux. On macOS there is no Pdeathsig and
-no child subreaper: if leasectl is SIGKILLed, CMD runs on (and keeps the key
-held until it exits, so no other replica leads beside it), and a daemon that
-double-forks escapes. On Windows leasectl run refuses (exit 2); run it in a
-Linux container.`,
+Exit status: CMD's own; 0 when stopped while standing by; 2 for bad input.
+How it works, the environment, metrics, health checks and the timing rules:
+docs/guide/run.md.`,
 		Example: `  leasectl run --role poller -- ./poller --batch 100
   leasectl run --procfile Procfile --metrics-addr :9464
   leasectl run --role scheduler -o json --metrics-addr :9464 -- ./scheduler
