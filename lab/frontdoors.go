@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,6 +28,11 @@ import (
 // answered by the standby, while writes and volatile functions (among them
 // pg_try_advisory_lock and pg_is_in_recovery) go to the primary.
 type PgPoolSpec struct {
+	// Mode is pgpool's clustering mode: empty for streaming replication
+	// over the primary and its standby, or NativeReplication, where pgpool
+	// itself writes to the primary and the twin (a second, unrelated
+	// primary; see Twin), and no standby is needed.
+	Mode string `json:"mode,omitempty"`
 	// Settings are further pgpool.conf settings, which win over the lab's
 	// own. Values are written as they are, so strings need their quotes:
 	// "write_function_list" set to "'nextval,setval'", or
@@ -48,15 +54,24 @@ type PgPool struct {
 	PIDFile string `json:"pid_file"`
 	// LogFile receives its log.
 	LogFile string `json:"log_file"`
+	// Twin is its second backend in native replication mode; nil in
+	// streaming replication mode.
+	Twin *Server `json:"twin,omitempty"`
 }
+
+// NativeReplication is the PgPoolSpec.Mode in which pgpool-II replicates
+// writes itself, to every backend: each is a writable primary.
+const NativeReplication = "native_replication"
 
 // HAProxySpec describes one HAProxy instance of a lab: one haproxy process
 // in TCP mode, with no health checks, in front of the lab's servers.
 type HAProxySpec struct {
 	// Name identifies the instance in DSN lookups and in its directory.
 	Name string `json:"name"`
-	// Backends are the servers behind it, each "primary" or "standby", in
-	// order; "standby" needs a lab with a standby.
+	// Backends are the servers behind it, each "primary", "standby" or
+	// "twin" (TwinBackend: a second primary that shares nothing with the
+	// first, which the lab then starts), in order; "standby" needs a lab
+	// with a standby.
 	Backends []string `json:"backends"`
 	// Balance is HAProxy's balance algorithm; empty means "roundrobin",
 	// where each new connection goes to the next server.
@@ -83,6 +98,8 @@ type HAProxy struct {
 	// LogFile receives its log: a line per session (option tcplog), with
 	// HAProxy's termination state ("cD": the client timed out).
 	LogFile string `json:"log_file"`
+	// Twin is the twin when a backend names it; nil otherwise.
+	Twin *Server `json:"twin,omitempty"`
 }
 
 // Relay is one running socat relay of a lab: a unix socket that forwards
@@ -137,8 +154,16 @@ func isFrontDoorName(name string) bool {
 // checkFrontDoors rejects front-door options that cannot work, before Start
 // starts anything.
 func checkFrontDoors(opts Options) error {
-	if opts.PgPool != nil && !opts.Standby {
-		return errors.New("lab options: PgPool needs a standby to balance reads to (set Standby: true)")
+	if opts.PgPool != nil {
+		switch opts.PgPool.Mode {
+		case "":
+			if !opts.Standby {
+				return errors.New("lab options: PgPool needs a standby to balance reads to (set Standby: true), or Mode NativeReplication")
+			}
+		case NativeReplication:
+		default:
+			return fmt.Errorf("lab options: PgPool Mode %q: use \"\" (streaming replication over primary and standby) or %q", opts.PgPool.Mode, NativeReplication)
+		}
 	}
 	seen := map[string]bool{}
 	for _, h := range opts.HAProxy {
@@ -154,13 +179,13 @@ func checkFrontDoors(opts Options) error {
 		}
 		for _, b := range h.Backends {
 			switch b {
-			case "primary":
+			case "primary", TwinBackend:
 			case "standby":
 				if !opts.Standby {
 					return fmt.Errorf("lab options: HAProxy %s has the standby as a backend, and the lab has none (set Standby: true)", h.Name)
 				}
 			default:
-				return fmt.Errorf("lab options: HAProxy %s: backend %q is neither \"primary\" nor \"standby\"", h.Name, b)
+				return fmt.Errorf("lab options: HAProxy %s: backend %q is neither \"primary\" nor \"standby\", nor %q (a second, unrelated primary)", h.Name, b, TwinBackend)
 			}
 		}
 		if strings.ContainsAny(h.Balance, "\n\r") {
@@ -191,15 +216,27 @@ func frontDoorPorts(opts Options) int {
 	if opts.PgPool != nil {
 		n++
 	}
+	if needsTwin(opts) {
+		n++ // the twin's, the last one
+	}
 	return n
 }
 
-// startFrontDoors starts pgpool-II, then the relays, then the HAProxy
-// instances, on the given ports. Each process is recorded in l as soon as it
-// runs, so that Stop ends it whatever happens next.
+// startFrontDoors starts the twin when a front door needs it, then
+// pgpool-II, the relays and the HAProxy instances, on the given ports. Each
+// process is recorded in l as soon as it runs, so that Stop ends it whatever
+// happens next.
 func (l *Lab) startFrontDoors(ctx context.Context, opts Options, ports []int, password string) error {
+	var twin *Server
+	if needsTwin(opts) {
+		t, err := l.startTwin(ctx, ports[len(ports)-1], password)
+		if err != nil {
+			return err
+		}
+		twin, ports = t, ports[:len(ports)-1]
+	}
 	if opts.PgPool != nil {
-		if err := l.startPgPool(ctx, *opts.PgPool, ports[0], password); err != nil {
+		if err := l.startPgPool(ctx, *opts.PgPool, ports[0], password, twin); err != nil {
 			return err
 		}
 		ports = ports[1:]
@@ -210,7 +247,7 @@ func (l *Lab) startFrontDoors(ctx context.Context, opts Options, ports []int, pa
 		}
 	}
 	for i, spec := range opts.HAProxy {
-		if err := l.startHAProxy(ctx, spec, ports[i]); err != nil {
+		if err := l.startHAProxy(ctx, spec, ports[i], twin); err != nil {
 			return err
 		}
 	}
@@ -230,7 +267,8 @@ func (l *Lab) frontDoorDir(name string) (string, error) {
 // ---- pgpool-II ----
 
 // startPgPool starts pgpool-II in front of the primary (backend 0) and the
-// standby (backend 1).
+// standby (backend 1), or in native replication mode in front of the
+// primary and the twin.
 //
 // Authentication: clients log in to pgpool with SCRAM (pool_hba.conf), and
 // pgpool logs in to each backend with SCRAM on its own, as any client of
@@ -243,8 +281,12 @@ func (l *Lab) frontDoorDir(name string) (string, error) {
 // trust rule anywhere. The same entry serves sr_check_user, with which
 // pgpool finds out at start which backend is the primary
 // (sr_check_password is empty, so pgpool takes it from pool_passwd).
-func (l *Lab) startPgPool(ctx context.Context, spec PgPoolSpec, port int, password string) error {
-	if l.Standby == nil {
+func (l *Lab) startPgPool(ctx context.Context, spec PgPoolSpec, port int, password string, twin *Server) error {
+	native := spec.Mode == NativeReplication
+	switch {
+	case native && twin == nil:
+		return errors.New("pgpool in native replication mode needs the twin, and there is none")
+	case !native && l.Standby == nil:
 		return errors.New("pgpool needs the lab's standby, and there is none (start the lab with Standby: true)")
 	}
 	dir, err := l.frontDoorDir("pgpool")
@@ -257,6 +299,9 @@ func (l *Lab) startPgPool(ctx context.Context, spec PgPoolSpec, port int, passwo
 		ConfigFile: filepath.Join(dir, "pgpool.conf"),
 		PIDFile:    filepath.Join(dir, "pgpool.pid"),
 		LogFile:    filepath.Join(dir, "pgpool.log"),
+	}
+	if native {
+		p.Twin = twin
 	}
 	if out, err := exec.CommandContext(ctx, l.Bin.PgPool, "--version").CombinedOutput(); err == nil {
 		p.Version = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
@@ -274,7 +319,11 @@ func (l *Lab) startPgPool(ctx context.Context, spec PgPoolSpec, port int, passwo
 			return err
 		}
 	}
-	l.logf("start pgpool-II on 127.0.0.1:%d (primary %d, standby %d, load balancing)", port, l.Primary.Port, l.Standby.Port)
+	if native {
+		l.logf("start pgpool-II on 127.0.0.1:%d (native replication over primary %d and twin %d)", port, l.Primary.Port, twin.Port)
+	} else {
+		l.logf("start pgpool-II on 127.0.0.1:%d (primary %d, standby %d, load balancing)", port, l.Primary.Port, l.Standby.Port)
+	}
 	// -n: stay in the foreground, so that its log goes to our file; -D:
 	// forget any saved backend status.
 	pid, err := l.spawn(dir, l.Bin.PgPool, []string{"-n", "-D", "-f", p.ConfigFile, "-F", filepath.Join(dir, "pcp.conf"), "-a", filepath.Join(dir, "pool_hba.conf")}, p.LogFile, p.PIDFile)
@@ -286,13 +335,14 @@ func (l *Lab) startPgPool(ctx context.Context, spec PgPoolSpec, port int, passwo
 	}
 	// pgpool opens its port before it knows which backend is the primary,
 	// and gives up looking after search_primary_node_timeout; without a
-	// primary it would send everything to the wrong place.
+	// primary it would send everything to the wrong place. In native
+	// replication mode it looks for none.
 	ready := func() (bool, error) {
 		log := readFile(p.LogFile)
 		switch {
 		case !strings.Contains(log, "successfully started"):
 			return false, nil
-		case !strings.Contains(log, "primary node is 0"):
+		case !native && !strings.Contains(log, "primary node is 0"):
 			return false, fmt.Errorf("it started without finding the primary among its backends (can sr_check_user %s log in with the password in pool_passwd?)", l.User)
 		}
 		return dialOK(port), nil
@@ -318,15 +368,23 @@ func logProblems(path string, n int) string {
 	return "first problems:\n" + strings.Join(out, "\n") + "\n"
 }
 
-// pgpoolConf renders p's pgpool.conf: streaming-replication mode with load
-// balancing, and nothing that watches, fails over or reconnects on its own
-// (no health checks, failover, watchdog or replication-delay checks), so
-// that the lab's own restarts and promotions are not second-guessed.
+// pgpoolConf renders p's pgpool.conf: streaming-replication mode (or native
+// replication over primary and twin) with load balancing, and nothing that
+// watches, fails over or reconnects on its own (no health checks, failover,
+// watchdog or replication-delay checks), so that the lab's own restarts and
+// promotions are not second-guessed.
 func (l *Lab) pgpoolConf(p *PgPool) string {
 	dir := filepath.Dir(p.ConfigFile)
 	q := func(s string) string { return "'" + s + "'" }
+	mode, second, secondName := "streaming_replication", 0, "standby"
+	switch {
+	case p.Mode == NativeReplication && p.Twin != nil:
+		mode, second, secondName = NativeReplication, p.Twin.Port, twinName
+	case l.Standby != nil:
+		second = l.Standby.Port
+	}
 	settings := [][2]string{
-		{"backend_clustering_mode", q("streaming_replication")},
+		{"backend_clustering_mode", q(mode)},
 		{"listen_addresses", q("127.0.0.1")},
 		{"port", strconv.Itoa(p.Port)},
 		{"unix_socket_directories", q(dir)},
@@ -345,10 +403,10 @@ func (l *Lab) pgpoolConf(p *PgPool) string {
 		{"backend_flag0", q("DISALLOW_TO_FAILOVER")},
 		{"backend_application_name0", q("primary")},
 		{"backend_hostname1", q("127.0.0.1")},
-		{"backend_port1", strconv.Itoa(l.Standby.Port)},
+		{"backend_port1", strconv.Itoa(second)},
 		{"backend_weight1", "1"},
 		{"backend_flag1", q("DISALLOW_TO_FAILOVER")},
-		{"backend_application_name1", q("standby")},
+		{"backend_application_name1", q(secondName)},
 		{"enable_pool_hba", "on"},
 		{"pool_passwd", q(filepath.Join(dir, "pool_passwd"))},
 		{"load_balance_mode", "on"},
@@ -427,8 +485,9 @@ func PgPoolPID(p *PgPool) int {
 
 // ---- HAProxy ----
 
-// startHAProxy starts one HAProxy instance.
-func (l *Lab) startHAProxy(ctx context.Context, spec HAProxySpec, port int) error {
+// startHAProxy starts one HAProxy instance; twin is the lab's twin, for a
+// backend that names it.
+func (l *Lab) startHAProxy(ctx context.Context, spec HAProxySpec, port int, twin *Server) error {
 	if spec.Balance == "" {
 		spec.Balance = "roundrobin"
 	}
@@ -448,6 +507,12 @@ func (l *Lab) startHAProxy(ctx context.Context, spec HAProxySpec, port int) erro
 		ConfigFile:  filepath.Join(dir, "haproxy.cfg"),
 		PIDFile:     filepath.Join(dir, "haproxy.pid"),
 		LogFile:     filepath.Join(dir, "haproxy.log"),
+	}
+	if slices.Contains(spec.Backends, TwinBackend) {
+		if twin == nil {
+			return fmt.Errorf("haproxy %s names the twin as a backend, and there is none", spec.Name)
+		}
+		h.Twin = twin
 	}
 	if out, err := exec.CommandContext(ctx, l.Bin.HAProxy, "-v").CombinedOutput(); err == nil {
 		h.Version = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
@@ -502,8 +567,11 @@ listen %s
 	count := map[string]int{}
 	for _, be := range h.Backends {
 		port := l.Primary.Port
-		if be == "standby" && l.Standby != nil {
+		switch {
+		case be == "standby" && l.Standby != nil:
 			port = l.Standby.Port
+		case be == TwinBackend && h.Twin != nil:
+			port = h.Twin.Port
 		}
 		count[be]++
 		name := be
@@ -683,7 +751,8 @@ func stopGroup(pid int, sig syscall.Signal, limit time.Duration) error {
 	return nil
 }
 
-// stopFrontDoors stops the relays, the HAProxy instances and pgpool-II.
+// stopFrontDoors stops the relays, the HAProxy instances and pgpool-II, and
+// then the twin.
 func (l *Lab) stopFrontDoors() []error {
 	var errs []error
 	for i := range l.Relays {
@@ -705,7 +774,7 @@ func (l *Lab) stopFrontDoors() []error {
 			errs = append(errs, stopGroup(pid, syscall.SIGINT, 5*time.Second))
 		}
 	}
-	return errs
+	return append(errs, l.stopTwin()...)
 }
 
 // frontDoorStatus reports each front door's process, as Status does.
@@ -726,7 +795,7 @@ func (l *Lab) frontDoorStatus() []Component {
 		pid := RelayPID(r)
 		out = append(out, Component{Name: r.Name, Kind: "socat relay", Port: r.Port, Socket: r.Socket, PID: pid, Up: pid > 0 && dialUnixOK(r.Socket)})
 	}
-	return out
+	return append(out, l.twinStatus()...)
 }
 
 // frontDoorsAlive reports whether any front door's process still runs.
@@ -744,7 +813,7 @@ func (l *Lab) frontDoorsAlive() bool {
 			return true
 		}
 	}
-	return false
+	return l.twinAlive()
 }
 
 // addFrontDoorLogin gives pgpool-II the password of an extra login role and
