@@ -85,8 +85,9 @@ how many roles it leads and waits for, and the roles it leads.
 --check exits 1 when a requested role has no single live leader (no holder,
 a stale one, a shared hold or a prepared transaction; with the term record
 also a holder whose term is stale, or that has not begun one), for alerts
-and deploy gates. --watch (-w) redraws every 2s until Ctrl-C; give another
-interval after "=": --watch=5s.
+and deploy gates. --watch (-w) redraws every 2s until Ctrl-C, with the time
+and the last changes of leader under the table; give another interval after
+"=": --watch=5s.
 
 On a terminal the table has the columns ROLE, STATE, PID, APPLICATION and
 LAST ACTIVITY (and TERM, with the term record), fitted to its width
@@ -405,6 +406,7 @@ func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
 	st := app.styles()
 	inPlace := app.IO.OutTTY && !app.JSON()
 	var frame bytes.Buffer
+	changes := &leaderChanges{}
 	for n := 0; ; n++ {
 		var view *whoView
 		if conn == nil {
@@ -444,9 +446,11 @@ func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
 			if err := renderWhoText(&frame, st, app.Color(), view, sessionLayoutOf(app)); err != nil {
 				return err
 			}
+			changes.see(view, time.Now())
+			changes.render(&frame, st, app.Color())
 		}
 		if inPlace {
-			fmt.Fprintf(&frame, "\n%s\n", st.Dim.Render(fmt.Sprintf("every %s · Ctrl-C to stop", opts.Watch)))
+			fmt.Fprintf(&frame, "\n%s\n", st.Dim.Render(fmt.Sprintf("%s · every %s · Ctrl-C to stop", time.Now().Format(time.TimeOnly), opts.Watch)))
 		}
 		if frame.Len() > 0 {
 			if _, err := app.IO.Out.Write(frame.Bytes()); err != nil {
@@ -458,6 +462,73 @@ func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
 			return nil
 		case <-tick.C:
 		}
+	}
+}
+
+// leaderChanges follows, from frame to frame of who --watch, which session
+// leads each role, and keeps the last changes for under the table.
+type leaderChanges struct {
+	leader map[string]string // role -> "pid N (application)", "" for none
+	seen   bool
+	last   []string
+}
+
+const keptChanges = 5
+
+// see compares v's leaders with the previous frame's.
+func (c *leaderChanges) see(v *whoView, now time.Time) {
+	if v == nil || v.showReplicas {
+		return
+	}
+	cur := map[string]string{}
+	var order []string
+	for _, l := range v.leases {
+		if l.PresenceOf != nil || l.FenceOf != nil || !l.Requested {
+			continue
+		}
+		name := l.Name()
+		order = append(order, name)
+		if h, ok := l.Holder(); ok {
+			cur[name] = fmt.Sprintf("pid %d (%s)", h.PID, orQuoted(h.Application))
+		} else {
+			cur[name] = ""
+		}
+	}
+	if c.seen {
+		for _, name := range order {
+			before, known := c.leader[name]
+			if !known || before == cur[name] {
+				continue
+			}
+			from, to := before, cur[name]
+			if from == "" {
+				from = "no leader"
+			}
+			if to == "" {
+				to = "no leader"
+			}
+			c.last = append(c.last, fmt.Sprintf("%s  %s: %s → %s", now.Format(time.TimeOnly), name, from, to))
+		}
+		if len(c.last) > keptChanges {
+			c.last = c.last[len(c.last)-keptChanges:]
+		}
+	}
+	c.leader, c.seen = cur, true
+}
+
+// render writes the last changes of leader, newest last.
+func (c *leaderChanges) render(w io.Writer, st styles, color bool) {
+	if len(c.last) == 0 {
+		return
+	}
+	paint := painter(color)
+	fmt.Fprintf(w, "\n%s\n", paint(st.Bold, "Changes of leader"))
+	for i, line := range c.last {
+		mark := " "
+		if i == len(c.last)-1 {
+			mark = paint(st.Warn, "•")
+		}
+		fmt.Fprintf(w, "%s %s\n", mark, termSafe(line))
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -597,5 +598,40 @@ func TestWhoWatchReconnects(t *testing.T) {
 	}
 	if !strings.Contains(errOut, "retrying every 100ms") {
 		t.Errorf("the failed reading was not reported on stderr: %q", errOut)
+	}
+}
+
+// TestWhoWatchMarksAChangeOfLeader: after the first frame the leader
+// closes its session and another takes the key; a later frame lists the
+// change under the table, with its time, and the footer shows the time.
+func TestWhoWatchMarksAChangeOfLeader(t *testing.T) {
+	withoutTermRecord(t)
+	first := pgtest.Conn(t, needLab(t).DirectDSN(), "first-leader")
+	hold(t, first, pollerKey)
+	next := pgtest.Conn(t, needLab(t).DirectDSN(), "next-leader")
+	nextPID := pidOf(t, next)
+	moved := false
+	w := &frameWriter{n: 4}
+	w.onWrite = func([]byte) {
+		if moved {
+			return
+		}
+		moved = true
+		// After the first frame: hand the key over, as a failover does.
+		if _, err := locks.Unlock(context.Background(), first, pollerKey); err != nil {
+			t.Error(err)
+		}
+		hold(t, next, pollerKey)
+	}
+	out, _, code := watchWith(t, true, w, "-w=100ms", "poller")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	change := regexp.MustCompile(`\d\d:\d\d:\d\d  poller: pid \d+ \(first-leader\) → pid ` + nextPID + ` \(next-leader\)`)
+	if !strings.Contains(out, "Changes of leader") || !change.MatchString(out) {
+		t.Errorf("no change of leader under the table:\n%s", out)
+	}
+	if !regexp.MustCompile(`\d\d:\d\d:\d\d · every 100ms · Ctrl-C to stop`).MatchString(out) {
+		t.Errorf("the footer shows no time:\n%s", out)
 	}
 }
