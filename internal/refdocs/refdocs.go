@@ -24,6 +24,7 @@ import (
 	"github.com/leasectl/leasectl/cmd"
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
+	"github.com/spf13/pflag"
 )
 
 // The man pages' header: `.TH "LEASECTL-PROBE" "1" "Jun 2025" "leasectl"
@@ -85,6 +86,21 @@ func Markdown(root *cobra.Command, dir string) error {
 // Man writes one man page per command (leasectl.1, leasectl-probe.1,
 // leasectl-keys-lint.1, ...) into dir, which must exist.
 func Man(root *cobra.Command, dir string) error {
+	// cobra's man pages write a flag whose value is optional as
+	// --flag[=DEFAULT], the value when the flag is absent (who --watch:
+	// [=0s]); what a reader needs there is the value of the bare flag.
+	var fix func(c *cobra.Command)
+	fix = func(c *cobra.Command) {
+		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
+			if f.NoOptDefVal != "" && f.Value.Type() != "bool" {
+				f.DefValue = f.NoOptDefVal
+			}
+		})
+		for _, sub := range c.Commands() {
+			fix(sub)
+		}
+	}
+	fix(root)
 	date := ManDate
 	return doc.GenManTree(root, &doc.GenManHeader{
 		Section: ManSection,
