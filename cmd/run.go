@@ -192,7 +192,7 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		// Orphaned descendants (daemons) become leasectl's children, so
 		// that they are stopped before the key is released.
 		Subreaper: app.OwnProcess,
-		Logger:    logger.With("role", role, "key", key),
+		Logger:    logger.With("role", roleName(role, key), "key", key),
 		OnStart:   metrics.OnStart,
 	}
 	if app.OwnProcess && supervisor.Support() == nil {
@@ -224,7 +224,7 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		Delay:   opts.RetryInterval,
 		OnRestart: func(err error, after time.Duration) {
 			metrics.OnRestart(err, after)
-			logger.Info("the program exited; --restart: standing by again", "role", role, "key", key, "after", after)
+			logger.Info("the program exited; --restart: standing by again", "role", roleName(role, key), "key", key, "after", after)
 		},
 	})
 	if leaseCtx.Err() != nil && errors.Is(err, context.Cause(leaseCtx)) {

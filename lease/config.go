@@ -48,7 +48,8 @@ type Config struct {
 	// RetryInterval bounds the wait between reconnect attempts (which back
 	// off from 100 ms) and is the wait after a refusal. Default 5 s.
 	RetryInterval time.Duration
-	// HeartbeatInterval is how often the leader runs SELECT 1, and the
+	// HeartbeatInterval is how often the leader proves its hold (one
+	// statement: its backend, its server and the key; locks.Prove), and the
 	// stand-by's lock_timeout. Default 15 s.
 	HeartbeatInterval time.Duration
 	// HeartbeatTimeout bounds each heartbeat and each connect attempt (when
