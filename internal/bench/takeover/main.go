@@ -10,7 +10,11 @@
 //     program receives SIGTERM; target median ≤ 100 ms;
 //   - baseline, in the same run: the raw server-side handoff, a pgx session
 //     waiting in pg_advisory_lock until it gets the key after SIGKILL of the
-//     process that held it.
+//     process that held it;
+//   - group takeover, per role (group.go): -replicas replicas of `leasectl
+//     run --procfile` over -group-roles roles (3 and 50), the same program
+//     for each; SIGKILL of the replica that runs the most programs → each
+//     of its roles' programs starts on another replica.
 //
 // The program is a few lines of sh reporting over a FIFO, so that the
 // figures are leasectl's and not the start-up of a heavier child (a Go
@@ -19,7 +23,7 @@
 // Like `leasectl run`, it needs Unix (a FIFO, sh, signals); on Windows it is
 // not built.
 //
-// Run it with: go run ./internal/bench/takeover [-kills 60] [-stepdowns 30]
+// Run it with: go run ./internal/bench/takeover [-kills 60] [-stepdowns 30] [-group-roles 50] [-group-kills 5]
 package main
 
 import (
@@ -59,8 +63,10 @@ func main() {
 	stepdowns := flag.Int("stepdowns", 30, "terminations of the leader's lease session")
 	baseline := flag.Int("baseline", 60, "raw handoffs after SIGKILL of a holder process")
 	replicas := flag.Int("replicas", 3, "replicas of leasectl run")
+	groupRoles := flag.Int("group-roles", 50, "roles of the group takeover (run --procfile)")
+	groupKills := flag.Int("group-kills", 5, "SIGKILLs of a group replica (0: no group takeover)")
 	flag.Parse()
-	if err := bench(*kills, *stepdowns, *baseline, *replicas); err != nil {
+	if err := bench(*kills, *stepdowns, *baseline, *replicas, *groupRoles, *groupKills); err != nil {
 		fmt.Fprintln(os.Stderr, "takeover:", err)
 		os.Exit(1)
 	}
@@ -91,7 +97,7 @@ func mustConnect(dsn string) *pgx.Conn {
 	return nil
 }
 
-func bench(kills, stepdowns, baselines, replicas int) error {
+func bench(kills, stepdowns, baselines, replicas, groupRoles, groupKills int) error {
 	ctx := context.Background()
 	l, dir, leasectl, err := benchutil.StartLab(ctx, lab.Options{Poolers: []lab.PoolerSpec{}}, "a lab")
 	if err != nil {
@@ -130,6 +136,20 @@ func bench(kills, stepdowns, baselines, replicas int) error {
 	if err != nil {
 		return err
 	}
+	var group []time.Duration
+	var moved []int
+	if groupKills > 0 {
+		var rs []*benchutil.Replica
+		for pid, r := range s.byPID {
+			rs = append(rs, r)
+			delete(s.byPID, pid)
+		}
+		benchutil.StopReplicas(rs)
+		fmt.Fprintf(os.Stderr, "group takeover: %d SIGKILLs of the replica leading the most of %d roles among %d replicas of run --procfile …\n", groupKills, groupRoles, replicas)
+		if group, moved, err = s.groupTakeovers(dir, groupRoles, replicas, groupKills); err != nil {
+			return err
+		}
+	}
 
 	fmt.Printf("leasectl run failover on loopback, default settings (%s, %s, %s/%s, %d CPUs)\n\n", l.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
 	fmt.Printf("%-58s %5s %9s %9s %9s\n", "", "n", "median", "p99", "max")
@@ -139,8 +159,15 @@ func bench(kills, stepdowns, baselines, replicas int) error {
 	report("            key → program started (fork, exec)", s.toStart)
 	report("            started → program's first line (sh)", s.toReport)
 	report("step-down: terminate leader's session → program SIGTERM", down)
+	if groupKills > 0 {
+		report(fmt.Sprintf("group takeover, per role (%d roles, run --procfile):", groupRoles), group)
+		fmt.Printf("  SIGKILL of the replica running the most → each of its roles' programs runs elsewhere (roles moved per kill: %s)\n", strings.Trim(fmt.Sprint(moved), "[]"))
+	}
 	tk, dn := benchutil.Summarize(take), benchutil.Summarize(down)
 	fmt.Printf("\ntakeover median = %s × baseline median\n", benchutil.Ratio(tk.Median, benchutil.Summarize(base).Median))
+	if groupKills > 0 {
+		fmt.Printf("group takeover median per role = %s × the single-role takeover median\n", benchutil.Ratio(benchutil.Summarize(group).Median, tk.Median))
+	}
 	verdict := func(ok bool) string {
 		if ok {
 			return "met"
