@@ -3,6 +3,7 @@ module github.com/leasectl/leasectl
 go 1.26.8
 
 require (
+	github.com/briandowns/spinner v1.23.2
 	github.com/charmbracelet/lipgloss v1.1.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/muesli/termenv v0.16.0

@@ -236,7 +236,13 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 	if err != nil {
 		return err
 	}
+	how := fmt.Sprintf("asking pid %d to step down; waiting for a stand-by to take over %s (up to %s)", target.Holder.PID, target.Locks.Name(), opts.Wait)
+	if opts.Force {
+		how = fmt.Sprintf("terminating pid %d; waiting for a stand-by to take over %s (up to %s)", target.Holder.PID, target.Locks.Name(), opts.Wait)
+	}
+	stopWaiting := app.waiting(how)
 	res, err := target.Failover(ctx, conn, locks.FailoverOptions{TerminateTimeout: app.Global.Timeout, Wait: opts.Wait, Force: opts.Force})
+	stopWaiting()
 	if res == nil {
 		return err // nothing was terminated
 	}
@@ -563,6 +569,8 @@ func runFailoverReplica(ctx context.Context, opts *failoverOptions) error {
 			return err
 		}
 	}
+	stopWaiting := app.waiting(fmt.Sprintf("draining; waiting for stand-bys to take over %s (up to %s each)", plural(len(targets), "role"), opts.Wait))
+	defer stopWaiting()
 	results, errs := locks.FailoverAll(ctx, conn, targets, locks.FailoverOptions{TerminateTimeout: app.Global.Timeout, Wait: opts.Wait, Force: opts.Force, Drain: true})
 	runs := make([]*replicaRun, len(d.Replicas))
 	next := 0

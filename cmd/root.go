@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -291,11 +293,21 @@ func (a *App) Connect(ctx context.Context, arg string) (*pgx.Conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.Global.Timeout)
 	defer cancel()
+	stop := a.waiting(fmt.Sprintf("connecting to %s (up to %s)", connTarget(cfg), a.Global.Timeout))
 	conn, err := dbconn.Connect(ctx, cfg)
+	stop()
 	if err != nil {
 		a.noDSNHint(arg, err)
 	}
 	return conn, err
+}
+
+// connTarget names where cfg connects, without credentials.
+func connTarget(cfg *pgx.ConnConfig) string {
+	if strings.HasPrefix(cfg.Host, "/") {
+		return fmt.Sprintf("%s/.s.PGSQL.%d", cfg.Host, cfg.Port)
+	}
+	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
 }
 
 // pgConnVars are libpq's variables that say where to connect.

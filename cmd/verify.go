@@ -164,6 +164,11 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 		return err
 	}
 	defer conn.Close(context.Background())
+	what := "checking the leases"
+	if opts.Failover {
+		what = "checking the leases and failing each role over"
+	}
+	stopWaiting := app.waiting(what)
 	rep, err := verify.Run(ctx, conn, verify.Options{
 		Roles:        roles,
 		StaleAfter:   opts.Stale,
@@ -175,6 +180,7 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 		Idle:         opts.Idle,
 		Timeout:      app.Global.Timeout,
 	})
+	stopWaiting()
 	if err != nil {
 		return err
 	}

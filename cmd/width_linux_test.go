@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"syscall"
@@ -98,5 +99,31 @@ func TestWidthFollowsAResizedTerminal(t *testing.T) {
 	}
 	if w := app.Width(); w != 132 {
 		t.Errorf("width %d after the terminal was resized to 132 columns", w)
+	}
+}
+
+// TestWaitsShowThemselvesOnATerminal: a connect that takes a while shows,
+// on a terminal, what it waits for; piped, it shows nothing but the error.
+func TestWaitsShowThemselvesOnATerminal(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0") // accepts, never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	dsn := "postgres://u@" + l.Addr().String() + "/db"
+	master, slave := openPTY(t, 100)
+	var got bytes.Buffer
+	read := make(chan struct{})
+	go func() { _, _ = io.Copy(&got, master); close(read) }()
+	app := &App{IO: fileStreams(slave, slave, slave), Getenv: func(string) string { return "" }}
+	code := Run(context.Background(), app, []string{"--dsn", dsn, "--timeout", "1s", "who", "5"})
+	slave.Close()
+	<-read
+	if code != ExitUnavailable || !strings.Contains(got.String(), "connecting to "+l.Addr().String()+" (up to 1s)") {
+		t.Errorf("on a terminal: exit %d, output:\n%q", code, got.String())
+	}
+	piped := runCLI(t, nil, "--dsn", dsn, "--timeout", "1s", "who", "5")
+	if piped.Code != ExitUnavailable || strings.Contains(piped.Stderr, "connecting to") {
+		t.Errorf("piped: exit %d, stderr:\n%s", piped.Code, piped.Stderr)
 	}
 }
