@@ -546,6 +546,7 @@ func (gr *group) begin(ctx context.Context) error {
 				}
 				// This role only: give it up and try again later.
 				m.r.log.Warn("cannot begin a term; releasing the key and trying again later", "err", err.Error())
+				m.r.recordPending(ctx, gr.s.main) // in case the server recorded it after all
 				gr.release(m, gr.r.cfg.RetryInterval)
 				continue
 			}

@@ -189,7 +189,11 @@ func (r *runner) beginTerm(ctx context.Context, s *sessions) (term.Started, erro
 		return term.Started{}, err
 	}
 	host, _ := os.Hostname()
-	st, err := term.Start(ctx, s.main, term.Begin{
+	// Not cancelled with ctx (Start bounds itself): a stop that arrives
+	// while the term is being begun must not leave a term the server
+	// recorded and this runner does not know it holds, which the next
+	// leader would wait for until its deadline.
+	st, err := term.Start(context.WithoutCancel(ctx), s.main, term.Begin{
 		Key: r.cfg.Key, Role: r.cfg.Role, ID: id, Keep: r.cfg.HistoryKeep,
 		Holder: term.Holder{Host: host, OSPID: os.Getpid(), FenceBackendPID: s.fenceInfo.BackendPID,
 			Application: r.mainCfg.RuntimeParams["application_name"]},
@@ -205,6 +209,10 @@ func (r *runner) beginTerm(ctx context.Context, s *sessions) (term.Started, erro
 		},
 	})
 	if err != nil {
+		// The server may have recorded the term before the error (a
+		// connection lost at the commit): end it, if it exists, as soon
+		// as a connection allows.
+		r.pendingEnd = &pendingEnd{id: id, reason: term.SessionLost, at: time.Now()}
 		return st, err
 	}
 	r.held = &heldTerm{id: id, epoch: st.Epoch}

@@ -211,18 +211,28 @@ func ServeObituary() int {
 	slices.SortFunc(list, func(a, b *obituaryTerm) int { return a.seq - b.seq })
 
 	// SIGKILL to every program's tree at once, then wait for them all,
-	// within one bound.
+	// within one bound; one look at the processes per round for all trees.
 	var running []*obituaryTerm
 	for _, t := range list {
 		if !t.programGone {
 			t.tree = &programTree{pid: t.note.PID, id: t.note.ProgramID, start: t.note.Start}
-			t.tree.signal(syscall.SIGKILL)
 			running = append(running, t)
 		}
 	}
 	code := 0
 	for deadline := time.Now().Add(10 * time.Second); len(running) > 0; {
-		running = slices.DeleteFunc(running, func(t *obituaryTerm) bool { return len(t.tree.members()) == 0 })
+		trees := make([]*programTree, len(running))
+		for i, t := range running {
+			trees[i] = t.tree
+		}
+		left := signalTrees(trees, syscall.SIGKILL)
+		var still []*obituaryTerm
+		for i, t := range running {
+			if left[i] > 0 {
+				still = append(still, t)
+			}
+		}
+		running = still
 		if len(running) == 0 {
 			break
 		}
@@ -233,9 +243,6 @@ func ServeObituary() int {
 			}
 			code = 1
 			break
-		}
-		for _, t := range running {
-			t.tree.signal(syscall.SIGKILL)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -69,3 +69,12 @@ func obituarySupport() error {
 }
 
 func obituaryAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+// membersOf returns the live members of each of trees.
+func membersOf(trees []*programTree) [][]proc {
+	out := make([][]proc, len(trees))
+	for i, t := range trees {
+		out[i] = t.members()
+	}
+	return out
+}

@@ -31,3 +31,20 @@ func (t *programTree) signal(sig syscall.Signal) {
 		}
 	}
 }
+
+// signalTrees sends sig to every member of each of trees, from one look at
+// the system's processes, and returns how many members each had.
+func signalTrees(trees []*programTree, sig syscall.Signal) []int {
+	members := membersOf(trees)
+	left := make([]int, len(trees))
+	for i, t := range trees {
+		_ = syscall.Kill(-t.pid, sig)
+		for _, p := range members[i] {
+			if p.pgrp != t.pid {
+				_ = syscall.Kill(p.pid, sig)
+			}
+		}
+		left[i] = len(members[i])
+	}
+	return left
+}

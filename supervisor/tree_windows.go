@@ -28,3 +28,5 @@ func ReapAsInit() (stop func()) { return func() {} }
 func obituarySupport() error { return errNoCommands }
 
 func obituaryAttr() *syscall.SysProcAttr { return nil }
+
+func signalTrees(trees []*programTree, _ syscall.Signal) []int { return make([]int, len(trees)) }
