@@ -864,3 +864,38 @@ func dialUnixOK(path string) bool {
 	c.Close()
 	return true
 }
+
+// AddPoolerAlias makes the database alias of the running PgBouncer called
+// name lead to database dbname of the server it pools, as a line
+// "alias = host=… port=… dbname=…" of its [databases] section does, and
+// reloads it: a client that asks for alias is served by dbname, and the
+// server calls the session's database dbname. It returns once the pooler
+// has logged the reload. ReconfigurePooler rewrites the configuration from
+// the spec, which has no aliases, and so drops them.
+func (l *Lab) AddPoolerAlias(name, alias, dbname string) error {
+	p := l.Pooler(name)
+	if p == nil {
+		return fmt.Errorf("no pooler %q in this lab", name)
+	}
+	if !isFrontDoorName(alias) || !isFrontDoorName(dbname) {
+		return fmt.Errorf("pooler alias %q for %q: use 1 to 40 letters, digits, '_', '.' or '-', starting with a letter or digit", alias, dbname)
+	}
+	pid := PoolerPID(p)
+	if pid == 0 {
+		return fmt.Errorf("pooler %s is not running", name)
+	}
+	before := strings.Count(readFile(p.LogFile), "got SIGHUP")
+	if err := appendFile(p.ConfigFile, fmt.Sprintf("\n[databases]\n%s = host=127.0.0.1 port=%d dbname=%s\n", alias, l.poolerTarget(), dbname)); err != nil {
+		return err
+	}
+	if err := sendSignal(pid, syscall.SIGHUP); err != nil {
+		return fmt.Errorf("reload pooler %s: %w", name, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); strings.Count(readFile(p.LogFile), "got SIGHUP") == before; {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pooler %s did not log the reload within 10s\n%s", name, tail(p.LogFile, 10))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
