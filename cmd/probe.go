@@ -180,7 +180,7 @@ var probeLabels = map[string]string{
 	probe.CheckExclusion:  "exclusion",
 	probe.CheckIdleCut:    "idle survival",
 	probe.CheckRelease:    "release",
-	"pgpool":              "pgpool-II",
+	probe.CheckPgPool:     "pgpool-II",
 	probe.CheckProxy:      "proxy",
 	probe.CheckIdle:       "idle sessions",
 	probe.CheckDeadPeer:   "dead-peer detection",
@@ -192,11 +192,7 @@ func renderProbe(app *App, rep *probe.Report) {
 	st := app.styles()
 	w := app.IO.Out
 	width := app.Width()
-	who := ""
-	if rep.Server != nil {
-		who = fmt.Sprintf(" as %s, database %s", rep.Server.User, rep.Server.Database)
-	}
-	fmt.Fprintf(w, "Probe of %s\n", wrapIndented(len("Probe of "), termSafe(rep.Target+who), width))
+	fmt.Fprintf(w, "Probe of %s\n", wrapIndented(len("Probe of "), termSafe(rep.Target+probeWho(rep)), width))
 	warnings := 0
 	for _, c := range rep.Checks {
 		var mark string
@@ -240,6 +236,26 @@ func renderProbe(app *App, rep *probe.Report) {
 	fmt.Fprintf(w, "%s  %s\n", st.Fail.Render("REFUSED"), wrapIndented(9, termSafe(fmt.Sprintf("%s (%s)", reason, elapsed)), width))
 }
 
+// probeWho is the header's user and database: the server's names, and the
+// DSN's where a pooler maps them to others (a PgBouncer alias), or the
+// DSN's alone when no statement ran.
+func probeWho(rep *probe.Report) string {
+	if rep.Server == nil {
+		if rep.User == "" {
+			return ""
+		}
+		return fmt.Sprintf(" as %s, database %s", rep.User, rep.Database)
+	}
+	user, db := rep.Server.User, rep.Server.Database
+	if rep.User != "" && rep.User != user {
+		user = fmt.Sprintf("%s (%s on the server)", rep.User, user)
+	}
+	if rep.Database != "" && rep.Database != db {
+		db = fmt.Sprintf("%s (%s on the server)", rep.Database, db)
+	}
+	return fmt.Sprintf(" as %s, database %s", user, db)
+}
+
 // livenessSummary names what keeps a lease from working, from the failing
 // checks.
 func livenessSummary(rep *probe.Report) string {
@@ -248,13 +264,17 @@ func livenessSummary(rep *probe.Report) string {
 		if c.Status != probe.Fail {
 			continue
 		}
-		switch c.Name {
-		case probe.CheckExclusion:
+		switch {
+		case c.Summary != "":
+			out = append(out, c.Summary)
+		case c.Name == probe.CheckExclusion:
 			out = append(out, "a stand-by cannot get a server connection to wait on")
-		case probe.CheckIdleCut:
+		case c.Name == probe.CheckIdleCut:
 			out = append(out, "idle sessions are cut, and a leader is idle between heartbeats")
-		case probe.CheckIdle:
+		case c.Name == probe.CheckIdle:
 			out = append(out, "the server ends idle sessions between heartbeats")
+		case c.Name == probe.CheckRelease:
+			out = append(out, "the release of the key with its connection could not be checked")
 		default:
 			out = append(out, c.Name+" failed")
 		}

@@ -11,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/lab"
 )
 
 // dsnWithPassword puts the lab's password into a DSN on purpose, so tests
@@ -213,4 +216,77 @@ func TestProbeRefusalSaysWhy(t *testing.T) {
 func isDecimalKey(s string) bool {
 	_, err := strconv.ParseInt(s, 10, 64)
 	return err == nil
+}
+
+// TestProbeFrontDoorAnswers: what the probe says behind PgBouncer when the
+// pooler, not the lock, is the answer, on a lab of its own (the last case
+// stops its server): a pool whose only server connection is in use, a
+// client limit, the admin console, a database alias, and the server down.
+func TestProbeFrontDoorAnswers(t *testing.T) {
+	ctx := context.Background()
+	l, err := lab.Start(ctx, lab.Options{Poolers: []lab.PoolerSpec{
+		{Name: "session", Mode: lab.Session, PoolSize: 5},
+		{Name: "session1", Mode: lab.Session, PoolSize: 1},
+		{Name: "oneclient", Mode: lab.Session, PoolSize: 5, Settings: map[string]string{"max_client_conn": "1"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Stop(context.Background()) })
+	pw, err := l.Password()
+	if err != nil {
+		t.Fatal(err)
+	}
+	withPassword := func(dsn string) string { return strings.Replace(dsn, "postgres@", "postgres:"+pw+"@", 1) }
+
+	t.Run("pool wait", func(t *testing.T) {
+		holder := pgtest.Conn(t, l.PoolerDSN("session1"), "holder")
+		pgtest.Exec(t, holder, "SELECT 1")
+		res := runCLI(t, nil, "--timeout", "1s", "probe", withPassword(l.PoolerDSN("session1")))
+		if res.Code != ExitCheckFailed || !strings.Contains(res.Stdout, "✗ connect") ||
+			!strings.Contains(res.Stdout, "REFUSED  a lease over this DSN would not work: connection A got no server connection within 1s") ||
+			strings.Contains(res.Stdout, "primary") || strings.Contains(res.Stdout, "✓ cleanup") {
+			t.Errorf("exit %d:\n%s%s", res.Code, res.Stdout, res.Stderr)
+		}
+		assertNoSecret(t, res, pw)
+	})
+	t.Run("client limit", func(t *testing.T) {
+		for i := range 5 {
+			res := runCLI(t, nil, "--timeout", "2s", "probe", withPassword(l.PoolerDSN("oneclient")))
+			if res.Code != ExitUnavailable || !strings.Contains(res.Stderr, "admits no more clients") || !strings.Contains(res.Stderr, "max_client_conn") ||
+				strings.Contains(res.Stderr, "server is running") || res.Stdout != "" {
+				t.Fatalf("run %d: exit %d:\n%s%s", i+1, res.Code, res.Stdout, res.Stderr)
+			}
+			assertNoSecret(t, res, pw)
+		}
+	})
+	t.Run("admin console", func(t *testing.T) {
+		res := runCLI(t, nil, "probe", withPassword(strings.Replace(l.PoolerDSN("session"), "/postgres?", "/pgbouncer?", 1)))
+		if res.Code != ExitUsage || !strings.Contains(res.Stderr, "PgBouncer's admin console") || !strings.Contains(res.Stderr, "not a database") ||
+			strings.Contains(res.Stderr, "for usage") || res.Stdout != "" {
+			t.Errorf("exit %d:\n%s%s", res.Code, res.Stdout, res.Stderr)
+		}
+		assertNoSecret(t, res, pw)
+	})
+	t.Run("database alias", func(t *testing.T) {
+		if err := l.AddPoolerAlias("session", "app", "postgres"); err != nil {
+			t.Fatal(err)
+		}
+		res := runCLI(t, nil, "probe", strings.Replace(l.PoolerDSN("session"), "/postgres?", "/app?", 1))
+		if res.Code != ExitOK || !strings.Contains(res.Stdout, "as postgres, database app (postgres on the server)\n") {
+			t.Errorf("exit %d:\n%s%s", res.Code, res.Stdout, res.Stderr)
+		}
+	})
+	t.Run("server down", func(t *testing.T) {
+		if err := l.StopServer(ctx, &l.Primary, "fast"); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 2 {
+			res := runCLI(t, nil, "--timeout", "2s", "probe", withPassword(l.PoolerDSN("session")))
+			if res.Code != ExitUnavailable || !strings.Contains(res.Stderr, "the database server behind it") || res.Stdout != "" {
+				t.Errorf("run %d: exit %d:\n%s%s", i+1, res.Code, res.Stdout, res.Stderr)
+			}
+			assertNoSecret(t, res, pw)
+		}
+	})
 }

@@ -40,20 +40,26 @@ const (
 	// only if its backend held it) and takes it again, in one statement.
 	recheckSQL = `SELECT pg_backend_pid(), ` + dbconn.IdentityColumns + `, released, pg_try_advisory_lock($1)
   FROM (SELECT pg_advisory_unlock($1) AS released OFFSET 0) s`
-	// releaseWaitSQL waits, with a transaction-local lock_timeout of %d ms,
-	// until the key %d is free, takes it and releases it again: one round
-	// trip that returns the moment the holder's session lets go, or fails
-	// with 55P03 (lock_not_available). A DO block takes no parameters:
-	// both are integers formatted into it.
-	releaseWaitSQL = `DO $$BEGIN
-  PERFORM set_config('lock_timeout', '%d', true);
-  PERFORM pg_advisory_lock(%d::bigint);
-  PERFORM pg_advisory_unlock(%d::bigint);
-END$$`
+	// releaseWaitSQL waits until the key %[3]d is free, takes it and
+	// releases it again, and says which backend and server ran it: one
+	// round trip that returns the moment the holder's session lets go, or
+	// fails with 55P03 (lock_not_available) after %[2]d ms. It is the one
+	// statement that waits, so it is also the one whose transaction sets
+	// the probe's own statement_timeout (%[1]d ms), which a DSN's options
+	// or a role setting could make too short for the wait: three
+	// statements in one transaction, sent as one string, with the key and
+	// the timeouts formatted into it as integers (no parameters).
+	releaseWaitSQL = `SET LOCAL statement_timeout = %[1]d; SET LOCAL lock_timeout = %[2]d;
+SELECT pg_backend_pid(), ` + dbconn.IdentityColumns + `, pg_advisory_lock(%[3]d::bigint) IS NULL, pg_advisory_unlock(%[3]d::bigint)`
+	// askAgainSQL is the trivial statement of a fresh connection that asks
+	// a pooler whether it can reach its server.
+	askAgainSQL = `SELECT 1`
 	// pgpoolNodesSQL is pgpool-II's own command; PostgreSQL rejects it.
 	pgpoolNodesSQL = `SHOW pool_nodes`
-	// pgpoolLBSQL is pgpool-II's view of one of its settings.
-	pgpoolLBSQL = `PGPOOL SHOW load_balance_mode`
+	// pgpoolLBSQL and pgpoolModeSQL are pgpool-II's view of two of its
+	// settings.
+	pgpoolLBSQL   = `PGPOOL SHOW load_balance_mode`
+	pgpoolModeSQL = `PGPOOL SHOW backend_clustering_mode`
 )
 
 // ---- A's first statement ----
@@ -121,13 +127,14 @@ func (p *run) observeA(o observation) {
 // statement is compared with.
 func (p *run) home() observation { return p.aObs[0] }
 
-// elsewhere says why o is not on A's server, or "".
+// elsewhere says why o is not on A's server, or "". A standby that A's
+// first statement ran on is the primary check's finding, not this one's.
 func (p *run) elsewhere(o observation) string {
 	h := p.home()
 	switch {
 	case !o.server.SameServer(h.server):
 		return fmt.Sprintf("another server (%s) than A's first (%s)", o.server, h.server)
-	case o.server.InRecovery:
+	case o.server.InRecovery && !h.server.InRecovery:
 		return "a standby (" + o.server.String() + ")"
 	}
 	return ""
@@ -152,7 +159,11 @@ func (p *run) continuity() Check {
 	if distinct := slices.Compact(slices.Sorted(slices.Values(pids))); len(distinct) > 1 {
 		return fail(CheckContinuity, Safety, fmt.Sprintf("connection A's statements ran on %d backends (%s): no stable session", len(distinct), pidList(pids)))
 	}
-	return pass(CheckContinuity, fmt.Sprintf("backend pid %d on one server for all %d statements of connection A (each its own round trip and transaction)", h.pid, len(obs)))
+	server := "one server"
+	if h.server.InRecovery {
+		server = "one server, a standby,"
+	}
+	return pass(CheckContinuity, fmt.Sprintf("backend pid %d on %s for all %d statements of connection A (each its own round trip and transaction)", h.pid, server, len(obs)))
 }
 
 // ---- exclusion under contention ----
@@ -162,6 +173,13 @@ func (p *run) continuity() Check {
 // of these refuses the DSN: a contender takes the key, a contender's
 // statement runs on A's backend or on another server, A's statements move,
 // A's key is gone, or a contender cannot get a server connection.
+//
+// Behind a proxy, the contenders opened at the same time as A are not
+// enough: a balancer may well put connections that arrive together on one
+// server (leastconn does, when its servers are equally loaded). So when the
+// proxy check saw a proxy, Contenders+1 more contenders are opened one
+// after another once A holds the key, each while the earlier ones stay
+// open, and each tries the key once (see sequential).
 func (p *run) exclusion(ctx context.Context, first firstResult) Check {
 	key := p.opts.Key
 	home := p.home()
@@ -177,11 +195,10 @@ func (p *run) exclusion(ctx context.Context, first firstResult) Check {
 			f.note(fmt.Sprintf("contender %d could not connect: %v", i+1, c.err))
 		}
 	}
-	contenderPIDs := map[uint32]bool{}
+	e := &tries{p: p, f: f, home: home, pids: map[uint32]bool{}}
 	live := 0
 	for round := 1; round <= p.opts.Rounds && ctx.Err() == nil; round++ {
 		var wg sync.WaitGroup
-		var mu sync.Mutex
 		for i, c := range p.contenders {
 			if c.conn == nil || c.conn.IsClosed() {
 				continue
@@ -192,52 +209,18 @@ func (p *run) exclusion(ctx context.Context, first firstResult) Check {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				sctx, cancel := p.step(ctx)
-				var o observation
-				var took bool
-				err := c.conn.QueryRow(sctx, tryOnSQL, key).Scan(&o.pid, &o.server.SystemID, &o.server.StartedAt, &o.server.InRecovery, &took)
-				timedOut := errors.Is(sctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
-				cancel()
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err != nil && timedOut:
-					f.add("starved", i+1, 0, round)
-					c.conn.Close(context.Background())
-				case err != nil:
-					f.note(fmt.Sprintf("contender %d: %s", i+1, p.explain(err)))
-				default:
-					p.sawPID(o.pid)
-					contenderPIDs[o.pid] = true
-					if took {
-						c.tookKey = true
-						f.add("took", i+1, o.pid, round)
-					}
-					if why := p.elsewhere(o); why != "" {
-						f.addWhy("elsewhere", i+1, why)
-					} else if o.pid == home.pid {
-						f.add("shared", i+1, o.pid, round)
-					}
-				}
+				e.try(ctx, i+1, c, round)
 			}()
 		}
 		wg.Wait()
-
-		sctx, cancel := p.step(ctx)
-		var o observation
-		var held, again bool
-		err := p.a.QueryRow(sctx, recheckSQL, key).Scan(&o.pid, &o.server.SystemID, &o.server.StartedAt, &o.server.InRecovery, &held, &again)
-		cancel()
-		if err != nil {
-			f.note("connection A could not prove its hold: " + p.explain(err))
-			continue
-		}
-		p.observeA(o)
-		switch {
-		case o.pid != home.pid:
-			f.add("moved", 0, o.pid, round)
-		case !held:
-			f.add("released", 0, 0, round)
+		p.recheck(ctx, f, round)
+	}
+	after := 0
+	if p.proxied && f.empty() && ctx.Err() == nil {
+		after = p.sequential(ctx, e, p.opts.Rounds+1)
+		live += after
+		if after > 0 && f.empty() {
+			p.recheck(ctx, f, p.opts.Rounds+1)
 		}
 	}
 	if f.any("shared", "took", "moved", "elsewhere") {
@@ -253,11 +236,113 @@ func (p *run) exclusion(ctx context.Context, first firstResult) Check {
 	if live == 0 {
 		return fail(CheckExclusion, Liveness, "no contender connection: exclusion is unproven")
 	}
-	others := make([]uint32, 0, len(contenderPIDs))
-	for pid := range contenderPIDs {
+	others := make([]uint32, 0, len(e.pids))
+	for pid := range e.pids {
 		others = append(others, pid)
 	}
-	return pass(CheckExclusion, fmt.Sprintf("while A (backend pid %d) held key %d, %d contender connection(s) on other backends of the same server (%s) were refused it in %d rounds, and A still held it", home.pid, key, live, pidList(others), p.opts.Rounds))
+	detail := fmt.Sprintf("while A (backend pid %d) held key %d, %d contender connection(s) on other backends of the same server (%s) were refused it in %d rounds, and A still held it", home.pid, key, live, pidList(others), p.opts.Rounds)
+	if after > 0 {
+		detail = fmt.Sprintf("while A (backend pid %d) held key %d, %d contender connection(s) on other backends of the same server (%s) were refused it: %d opened with A, in %d rounds, and, as a proxy is in the path, %d opened one after another once A held the key, so that a balancer placed each on its own; A still held it", home.pid, key, live, pidList(others), live-after, p.opts.Rounds, after)
+	}
+	return pass(CheckExclusion, detail)
+}
+
+// tries records the contenders' tries for the key: what each found, and
+// the backends they ran on. Concurrent tries share it.
+type tries struct {
+	p    *run
+	f    *findings
+	home observation
+	mu   sync.Mutex
+	pids map[uint32]bool
+}
+
+// try has contender n (c) try the key once, in round.
+func (e *tries) try(ctx context.Context, n int, c *contender, round int) {
+	p := e.p
+	sctx, cancel := p.step(ctx)
+	var o observation
+	var took bool
+	err := c.conn.QueryRow(sctx, tryOnSQL, p.opts.Key).Scan(&o.pid, &o.server.SystemID, &o.server.StartedAt, &o.server.InRecovery, &took)
+	timedOut := errors.Is(sctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil
+	cancel()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case err != nil && timedOut:
+		e.f.add("starved", n, 0, round)
+		c.conn.Close(context.Background())
+	case err != nil:
+		e.f.note(fmt.Sprintf("contender %d: %s", n, p.explain(err)))
+	default:
+		p.sawPID(o.pid)
+		e.pids[o.pid] = true
+		if took {
+			c.tookKey = true
+			e.f.add("took", n, o.pid, round)
+		}
+		if why := p.elsewhere(o); why != "" {
+			e.f.addWhy("elsewhere", n, why)
+		} else if o.pid == e.home.pid {
+			e.f.add("shared", n, o.pid, round)
+		}
+	}
+}
+
+// recheck has A prove that it still holds the key, after round.
+func (p *run) recheck(ctx context.Context, f *findings, round int) {
+	sctx, cancel := p.step(ctx)
+	var o observation
+	var held, again bool
+	err := p.a.QueryRow(sctx, recheckSQL, p.opts.Key).Scan(&o.pid, &o.server.SystemID, &o.server.StartedAt, &o.server.InRecovery, &held, &again)
+	cancel()
+	if err != nil {
+		f.note("connection A could not prove its hold: " + p.explain(err))
+		return
+	}
+	p.observeA(o)
+	switch {
+	case o.pid != p.home().pid:
+		f.add("moved", 0, o.pid, round)
+	case !held:
+		f.add("released", 0, 0, round)
+	}
+}
+
+// sequential opens Contenders+1 more contenders one after another, each
+// once the one before it has connected and tried the key, all of them kept
+// open, and records each one's try (in round). A balancer places each new
+// connection by what it already carries: a contender opened at the same
+// moment as A may land beside it, and one opened after it has been placed
+// lands where the balancer puts the next client (round robin: the next
+// server; leastconn: the one with fewer connections, which with A and the
+// earlier contenders open is another one as soon as the servers' loads
+// differ by less than the number of contenders). It stops at the first
+// finding. It returns how many contenders it opened.
+func (p *run) sequential(ctx context.Context, e *tries, round int) int {
+	opened := 0
+	for range p.opts.Contenders + 1 {
+		if ctx.Err() != nil || !e.f.empty() {
+			break
+		}
+		cctx, cancel := p.step(ctx)
+		conn, err := dbconn.Connect(cctx, p.connConfig())
+		cancel()
+		n := len(p.contenders) + 1
+		if err != nil {
+			if fatalConnectError(err) {
+				p.fatal = p.connectFailed(fmt.Sprintf("the probe's connection %d", n+1), err)
+			} else if ctx.Err() == nil {
+				e.f.note(fmt.Sprintf("contender %d, opened after A, could not connect: %v", n, err))
+			}
+			break
+		}
+		c := &contender{conn: conn, after: true}
+		p.contenders = append(p.contenders, c)
+		opened++
+		e.try(ctx, n, c, round)
+	}
+	return opened
 }
 
 // findings gathers what went wrong in the exclusion check, by kind, so that
@@ -310,6 +395,8 @@ func (f *findings) addWhy(kind string, who int, why string) {
 	}
 }
 
+func (f *findings) empty() bool { return len(f.order) == 0 && len(f.notes) == 0 }
+
 func (f *findings) any(kinds ...string) bool {
 	for _, k := range kinds {
 		if f.kinds[k] != nil {
@@ -344,7 +431,7 @@ func (f *findings) render(lockPID uint32, timeout time.Duration) []string {
 				out = append(out, fmt.Sprintf("%s ran on A's own backend (pid %s): connections share server sessions (transaction or statement pooling)", contenders(k.who), pidList(k.pids)))
 			}
 		case "elsewhere":
-			out = append(out, fmt.Sprintf("%s reached %s: a load balancer (HAProxy round-robin, pgpool-II load balancing) spreads connections over servers, each of which holds its own locks, so two clients would both lead", contenders(k.who), strings.Join(k.whys, "; ")))
+			out = append(out, fmt.Sprintf("%s reached %s: a load balancer (HAProxy, pgpool-II load balancing, a host name for several servers) spreads connections over servers, each of which holds its own locks, so two clients would both lead", contenders(k.who), strings.Join(k.whys, "; ")))
 		case "starved":
 			out = append(out, fmt.Sprintf("%s got no server connection within %s while A held its session: the pool is exhausted (a pool of one?), so a stand-by could not even wait for the lease", contenders(k.who), timeout))
 		case "released":
@@ -474,7 +561,8 @@ func (p *run) releaseOnContender(ctx context.Context) Check {
 }
 
 // releaseSeen waits on checker until the key is free, after the
-// connection that held it (what) closed at closed.
+// connection that held it (what) closed at closed. The checker must be on
+// A's server: on another one the key is free whatever happened to A's.
 func (p *run) releaseSeen(ctx context.Context, checker *pgx.Conn, closed time.Time, what string) Check {
 	// Through a session pooler the reset runs after the client left, and a
 	// backend takes a moment to exit: wait in the server's lock queue for
@@ -482,20 +570,74 @@ func (p *run) releaseSeen(ctx context.Context, checker *pgx.Conn, closed time.Ti
 	limit := min(p.opts.Timeout, 2*time.Second)
 	sctx, cancel := context.WithTimeout(ctx, limit+p.opts.Timeout)
 	defer cancel()
-	_, err := checker.Exec(sctx, fmt.Sprintf(releaseWaitSQL, limit.Milliseconds(), p.opts.Key, p.opts.Key))
+	sql := fmt.Sprintf(releaseWaitSQL, (limit + p.opts.Timeout).Milliseconds(), limit.Milliseconds(), p.opts.Key)
+	o, err := p.scanObservation(checker, checker.PgConn().Exec(sctx, sql))
 	waited := time.Since(closed)
 	switch {
+	case err == nil && p.elsewhere(o) != "":
+		p.multiplexed = true
+		return fail(CheckRelease, Safety, fmt.Sprintf("the connection that checked the release reached %s: a load balancer spreads connections over servers, each of which holds its own locks, so two clients would both lead", p.elsewhere(o)))
 	case err == nil:
+		p.sawPID(o.pid)
 		p.aLocked = false
+		p.releaseFree = true
 		return pass(CheckRelease, fmt.Sprintf("the key was free %s after %s closed: the lock died with its connection", roundDuration(waited), what))
 	case sqlState(err) == "55P03":
 		p.multiplexed = true // the key sits on a pooled server connection: sweep it
-		return fail(CheckRelease, Safety, fmt.Sprintf("the key stayed held for %s after %s, which held it, closed: its server session outlived it, so a dead leader's lock would pass to whichever client gets that server connection next; a pooler hands connections on without resetting them (PgBouncer: set server_reset_query = DISCARD ALL, or server_reset_query_always)", roundDuration(waited), what))
+		return fail(CheckRelease, Safety, fmt.Sprintf("the key stayed held for %s after %s, which held it, closed: its server session outlived it, so a dead leader's lock would pass to whichever client gets that server connection next; %s", roundDuration(waited), what, p.resetAdvice()))
 	case ctx.Err() != nil:
 		return info(CheckRelease, "interrupted")
 	default:
 		return fail(CheckRelease, Liveness, fmt.Sprintf("could not check that the key was released after %s closed: %s", what, p.explain(err)))
 	}
+}
+
+// scanObservation reads the backend and server that the last statement of
+// a multi-statement string reported, as its first columns (pg_backend_pid
+// and the IdentityColumns), decoding the text of each with conn's types.
+func (p *run) scanObservation(conn *pgx.Conn, mrr *pgconn.MultiResultReader) (observation, error) {
+	var o observation
+	results, err := mrr.ReadAll()
+	if err != nil {
+		return o, err
+	}
+	if len(results) == 0 || len(results[len(results)-1].Rows) != 1 {
+		return o, errors.New("the statement returned no row")
+	}
+	last := results[len(results)-1]
+	row, fields := last.Rows[0], last.FieldDescriptions
+	dest := []any{&o.pid, &o.server.SystemID, &o.server.StartedAt, &o.server.InRecovery}
+	if len(row) < len(dest) {
+		return o, fmt.Errorf("the statement returned %d columns, want at least %d", len(row), len(dest))
+	}
+	m := conn.TypeMap()
+	for i, d := range dest {
+		if err := m.Scan(fields[i].DataTypeOID, fields[i].Format, row[i], d); err != nil {
+			return o, fmt.Errorf("column %d: %w", i+1, err)
+		}
+	}
+	return o, nil
+}
+
+// pgpoolName is run.pooler when pgpool-II is in the path.
+const pgpoolName = "pgpool-II"
+
+// resetAdvice names the setting that makes the pooler in the path reset
+// a server connection before handing it on.
+func (p *run) resetAdvice() string {
+	if p.pooler == pgpoolName {
+		return "pgpool-II keeps a client's backend connections cached for the next one (connection_cache) and resets them with reset_query_list: set it to its default, 'ABORT; DISCARD ALL'"
+	}
+	return "a pooler hands connections on without resetting them (PgBouncer: set server_reset_query = DISCARD ALL, or server_reset_query_always)"
+}
+
+// lifetimeAdvice names the setting after which the pooler in the path
+// closes a server connection, and with it a key stranded there.
+func (p *run) lifetimeAdvice() string {
+	if p.pooler == pgpoolName {
+		return "it goes when pgpool-II closes that cached backend connection (connection_life_time, 0 by default: never; or when its child process exits, child_life_time)"
+	}
+	return "it goes when the pooler closes that connection (PgBouncer: server_lifetime)"
 }
 
 func (p *run) liveContender() *pgx.Conn {
@@ -516,15 +658,33 @@ func (p *run) liveContender() *pgx.Conn {
 func (p *run) cleanup(ctx context.Context) Check {
 	released := 0
 	var problems []string
-	for _, conn := range p.mayHoldKey() {
+	holders := p.mayHoldKey()
+	lost := false // a connection that took the key no longer holds it
+	for _, conn := range holders {
 		n, err := locks.Unlock(ctx, conn, p.opts.Key)
 		released += n
+		lost = lost || n == 0
 		if err != nil {
 			problems = append(problems, "release the probe key: "+p.explain(err))
 		}
 	}
-	if p.multiplexed {
-		if conn := p.anyLive(); conn != nil {
+	// Where a connection that held the key closed and nothing saw the key
+	// free afterwards, where one lost it, or where connections share
+	// backends, only pg_locks can say what is left.
+	verify := p.multiplexed || lost || (p.aClosed && !p.releaseFree)
+	checked := false
+	if verify {
+		conn := p.anyLive()
+		if conn == nil {
+			c, err := dbconn.Connect(ctx, p.connConfig())
+			if err != nil {
+				problems = append(problems, "no connection to check that nothing is left: "+p.explain(err))
+			} else {
+				defer c.Close(context.Background())
+				conn = c
+			}
+		}
+		if conn != nil {
 			stranded, err := p.leftovers(ctx, conn)
 			for attempt := 0; err == nil && len(stranded) > 0 && attempt < 3; attempt++ {
 				p.sweep(ctx)
@@ -534,17 +694,26 @@ func (p *run) cleanup(ctx context.Context) Check {
 			case err != nil:
 				problems = append(problems, "check that nothing is left: "+p.explain(err))
 			case len(stranded) > 0:
-				problems = append(problems, fmt.Sprintf("probe key %d is still held by backend pid(s) %s, which a pooler's server connection keeps after our client left; it goes when the pooler closes that connection (server_lifetime), or end it: SELECT pg_terminate_backend(pid). No later probe uses this key", p.opts.Key, pidList(stranded)))
+				problems = append(problems, fmt.Sprintf("probe key %d is still held by backend pid(s) %s, which a pooler's server connection keeps after our client left; %s, or end it: SELECT pg_terminate_backend(pid). No later probe uses this key", p.opts.Key, pidList(stranded), p.lifetimeAdvice()))
+			default:
+				checked = true
 			}
 		}
 	}
-	if len(problems) > 0 {
+	switch {
+	case len(problems) > 0:
 		return warn(CheckCleanup, strings.Join(problems, "; "))
+	case checked:
+		return pass(CheckCleanup, fmt.Sprintf("probe key released: pg_locks shows it held by none of the backends the probe ran on (%d hold(s) released)", released))
+	case p.releaseFree && released == 0:
+		return pass(CheckCleanup, "probe key released with connection A: the release check saw it free")
+	case released > 0:
+		return pass(CheckCleanup, fmt.Sprintf("probe key released (%d hold(s))", released))
+	case p.firstFailed:
+		return info(CheckCleanup, "nothing to release: connection A's first statement, which takes the key, did not complete, and its connection is closed")
+	default:
+		return info(CheckCleanup, "nothing to release: no probe connection took the key")
 	}
-	if p.aClosed && !p.multiplexed {
-		return pass(CheckCleanup, "probe key released with connection A")
-	}
-	return pass(CheckCleanup, fmt.Sprintf("probe key released (%d hold(s))", released))
 }
 
 // mayHoldKey are the open connections whose statements took the key.
@@ -642,11 +811,7 @@ func (p *run) proxyHints(first firstResult) proxyResult {
 	var res proxyResult
 	var hints []string
 	info, s := first.info, first.settings
-	proxied := p.a.PgConn().PID() != info.BackendPID
-	if proxied {
-		hints = append(hints, fmt.Sprintf("the protocol says backend pid %d but the server says %d: a proxy or pooler hands out its own pids (PgBouncer and pgpool-II do)", p.a.PgConn().PID(), info.BackendPID))
-		res.pgpool = p.pgpool()
-	}
+	pidMoved := p.a.PgConn().PID() != info.BackendPID
 	if dialed := p.connectedPort(); dialed != 0 && info.Port != 0 && info.Port != dialed {
 		hints = append(hints, fmt.Sprintf("you reached port %d but the backend listens on %d: the connection is forwarded", dialed, info.Port))
 	}
@@ -663,19 +828,42 @@ func (p *run) proxyHints(first firstResult) proxyResult {
 			hints = append(hints, EndpointHints(fb.Host, fb.Port)...)
 		}
 	}
+	// pgpool-II hands out its own pid, except on a backend connection it
+	// kept cached from an earlier client: ask whenever anything is in
+	// between.
+	if pidMoved || len(hints) > 0 {
+		res.pgpool = p.pgpool()
+	}
+	if pidMoved {
+		who := "a proxy or pooler hands out its own pids (PgBouncer and pgpool-II do)"
+		if p.pooler == pgpoolName {
+			who = "pgpool-II hands out its own pids"
+		}
+		hints = append([]string{fmt.Sprintf("the protocol says backend pid %d but the server says %d: %s", p.a.PgConn().PID(), info.BackendPID, who)}, hints...)
+	}
+	if p.pooler == pgpoolName && !pidMoved {
+		hints = append(hints, "pgpool-II answers SHOW pool_nodes")
+	}
 	if len(hints) == 0 {
 		res.check = pass(CheckProxy, "no sign of a proxy: protocol pid = backend pid, ports match")
 		return res
 	}
-	res.check = warn(CheckProxy, strings.Join(slices.Compact(hints), "; ")+" (safe only if it keeps one server session per client, like PgBouncer in session mode)")
+	safe := " (safe only if it keeps one server session per client, like PgBouncer in session mode)"
+	if p.pooler == pgpoolName {
+		safe = " (the pgpool-II line says what it does with a session's statements)"
+	}
+	res.check = warn(CheckProxy, strings.Join(slices.Compact(hints), "; ")+safe)
 	return res
 }
 
 // pgpool asks the proxy whether it is pgpool-II (SHOW pool_nodes, which
-// PostgreSQL rejects) and judges its load balancing: pgpool-II routes each
-// statement by the volatility of its functions and its read_only and write
-// function lists, so with a standby in the balance a lock function can run
-// on the standby, where it fences nothing. Nil when it is not pgpool-II.
+// PostgreSQL rejects) and judges its clustering mode and load balancing.
+// In streaming replication mode pgpool-II routes each statement by the
+// volatility of its functions and its read_only and write function lists,
+// so with a standby in the balance a lock function can run on the standby,
+// where it fences nothing. In native replication (and snapshot isolation)
+// mode every node is a writable primary and pgpool sends each write to all
+// of them. Nil when it is not pgpool-II.
 func (p *run) pgpool() *Check {
 	ctx, cancel := context.WithTimeout(context.Background(), p.opts.Timeout)
 	defer cancel()
@@ -687,27 +875,59 @@ func (p *run) pgpool() *Check {
 	if err != nil || len(nodes) == 0 {
 		return nil
 	}
-	var mode string
-	if err := p.a.QueryRow(ctx, pgpoolLBSQL, pgx.QueryExecModeSimpleProtocol).Scan(&mode); err == nil && mode == "off" {
-		c := info(CheckPrimary, fmt.Sprintf("pgpool-II with %d node(s) and load_balance_mode = off: every statement goes to the primary", len(nodes)))
-		c.Name = "pgpool"
-		return &c
+	p.pooler = pgpoolName
+	var mode, lb string
+	_ = p.a.QueryRow(ctx, pgpoolModeSQL, pgx.QueryExecModeSimpleProtocol).Scan(&mode)
+	_ = p.a.QueryRow(ctx, pgpoolLBSQL, pgx.QueryExecModeSimpleProtocol).Scan(&lb)
+	ptr := func(c Check) *Check { return &c }
+	node := func(n map[string]any) string { return fmt.Sprintf("%v:%v", n["hostname"], n["port"]) }
+	switch mode {
+	case "native_replication", "snapshot_isolation":
+		var all, main []string
+		for _, n := range nodes {
+			if fmt.Sprint(n["status"]) == "down" {
+				continue
+			}
+			all = append(all, node(n))
+			if fmt.Sprint(n["role"]) == "main" {
+				main = append(main, node(n))
+			}
+		}
+		reads := "load_balance_mode = off: reads go to the main node too"
+		if lb != "off" {
+			reads = "with load_balance_mode = on a session's reads go to one node, which holds that session's locks too"
+		}
+		return ptr(warn(CheckPgPool, fmt.Sprintf("pgpool-II in %s mode over %d nodes (%s): each is a writable primary, and pgpool sends every statement that writes or calls a volatile function, the lock functions among them, to every node, the main node (%s) first, and answers with the main node's result: a lease's lock is taken on every node and decided on the main node; %s. Locks are not replicated: a client that reaches a node other than through this pgpool, or a node detached and attached again, does not see them, so every client of a lease must go through this pgpool-II",
+			mode, len(all), strings.Join(all, ", "), strings.Join(main, ", "), reads)))
+	}
+	if lb == "off" {
+		return ptr(info(CheckPgPool, fmt.Sprintf("pgpool-II in %s mode with %d node(s) and load_balance_mode = off: every statement goes to the primary", modeName(mode), len(nodes))))
 	}
 	var balanced []string
 	for _, n := range nodes {
 		role, status := fmt.Sprint(n["role"]), fmt.Sprint(n["status"])
 		weight, _ := strconv.ParseFloat(fmt.Sprint(n["lb_weight"]), 64)
-		if role != "primary" && status != "down" && weight > 0 {
-			balanced = append(balanced, fmt.Sprintf("%s:%v (%s, weight %v)", n["hostname"], n["port"], role, weight))
+		if role != "primary" && role != "main" && status != "down" && weight > 0 {
+			balanced = append(balanced, fmt.Sprintf("%s (%s, weight %v)", node(n), role, weight))
 		}
 	}
 	if len(balanced) == 0 {
-		c := info(CheckPrimary, fmt.Sprintf("pgpool-II with %d node(s), none but the primary in its load balancing", len(nodes)))
-		c.Name = "pgpool"
-		return &c
+		return ptr(info(CheckPgPool, fmt.Sprintf("pgpool-II in %s mode with %d node(s), none but the primary in its load balancing", modeName(mode), len(nodes))))
 	}
-	c := fail("pgpool", Safety, fmt.Sprintf("pgpool-II balances load to %s: it routes each statement by the volatility of its functions and its write_function_list / read_only_function_list, so a lock or a heartbeat can run on a standby, where locks fence nothing, and two clients can hold one key on two servers; give leases a DSN with load_balance_mode = off (or straight to the primary)", strings.Join(balanced, ", ")))
+	where := "a standby, where locks fence nothing"
+	if mode != "streaming_replication" && mode != "" {
+		where = "another server, whose locks are its own"
+	}
+	c := fail(CheckPgPool, Safety, fmt.Sprintf("pgpool-II balances load (in %s mode) to %s: it routes each statement by the volatility of its functions and its write_function_list / read_only_function_list, so a lock or a heartbeat can run on %s, and two clients can hold one key on two servers; give leases a DSN with load_balance_mode = off (or straight to the primary)", modeName(mode), strings.Join(balanced, ", "), where))
 	return &c
+}
+
+// modeName is pgpool-II's backend_clustering_mode for messages.
+func modeName(mode string) string {
+	if mode == "" {
+		return "an unknown clustering"
+	}
+	return mode
 }
 
 // EndpointHints names well-known pooler and proxy endpoints in a host and

@@ -20,11 +20,17 @@ func TestMain(m *testing.M) {
 		HAProxy: []lab.HAProxySpec{
 			{Name: "rr", Backends: []string{"primary", "standby"}},
 			{Name: "idle", Backends: []string{"primary"}, TimeoutClient: 2 * time.Second},
+			// Split brain: the primary and a second primary that shares
+			// nothing with it, behind one address.
+			{Name: "split", Backends: []string{"primary", lab.TwinBackend}, Balance: "leastconn"},
+			{Name: "split-rr", Backends: []string{"primary", lab.TwinBackend}},
 		},
 		Relays: []string{"cloudsql"},
 		Poolers: append(lab.EveryPoolMode,
 			// PgBouncer in session mode that hands server connections on
 			// without resetting them: locks outlive their client.
-			lab.PoolerSpec{Name: "noreset", Mode: lab.Session, PoolSize: 5, Settings: map[string]string{"server_reset_query": ""}}),
+			lab.PoolerSpec{Name: "noreset", Mode: lab.Session, PoolSize: 5, Settings: map[string]string{"server_reset_query": ""}},
+			// PgBouncer that admits one client at a time.
+			lab.PoolerSpec{Name: "oneclient", Mode: lab.Session, PoolSize: 5, Settings: map[string]string{"max_client_conn": "1"}}),
 	}, &testLab))
 }

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/errkind"
 	"github.com/leasectl/leasectl/locks"
@@ -59,6 +61,7 @@ const (
 	CheckContinuity = "session_continuity"
 	CheckExclusion  = "exclusion"
 	CheckRelease    = "release"
+	CheckPgPool     = "pgpool"
 	CheckIdleCut    = "idle_survival"
 	CheckProxy      = "proxy"
 	CheckIdle       = "idle_session_timeout"
@@ -74,6 +77,9 @@ type Check struct {
 	Detail string
 	// Cause is what a failing check puts at risk; empty unless it fails.
 	Cause Cause
+	// Summary, when set, says in a few words what the failure stops, for
+	// the verdict's line.
+	Summary string
 }
 
 func pass(name, detail string) Check { return Check{Name: name, Status: Pass, Detail: detail} }
@@ -172,9 +178,12 @@ type Report struct {
 	Refusal Cause
 	Strict  bool
 	Target  string
-	Key     int64
-	Server  *dbconn.ServerInfo
-	Checks  []Check
+	// User and Database are the DSN's; the server's own names for them
+	// are in Server (a pooler may map a database name to another).
+	User, Database string
+	Key            int64
+	Server         *dbconn.ServerInfo
+	Checks         []Check
 	// Elapsed is the wall time of the whole probe.
 	Elapsed time.Duration
 	// ElapsedMS is Elapsed in milliseconds.
@@ -247,14 +256,14 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	}
 	o := opts.withDefaults()
 	start := time.Now()
-	p := &run{opts: o}
-	rep = &Report{Strict: o.Strict, Target: dbconn.Addrs(&o.ConnConfig.Config), Key: o.Key}
+	p := &run{opts: o, target: dbconn.Addrs(&o.ConnConfig.Config)}
+	rep = &Report{Strict: o.Strict, Target: p.target, User: o.ConnConfig.User, Database: o.ConnConfig.Database, Key: o.Key}
 
 	if err := p.connectAll(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx))
 		}
-		return nil, err
+		return nil, p.connectFailed("", err)
 	}
 	defer p.closeAll()
 	// Cleanup runs even when ctx is cancelled (Ctrl-C): nothing may be left
@@ -274,32 +283,50 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 			rep, err = nil, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx))
 		}
 	}()
-
-	if p.borrowedA {
-		rep.Checks = append(rep.Checks, pass(CheckConnect, fmt.Sprintf("connected to %s as %s (connection A is the lease's own session)", rep.Target, o.ConnConfig.User)))
-	} else {
-		rep.Checks = append(rep.Checks, pass(CheckConnect, fmt.Sprintf("connected to %s in %s as %s", rep.Target, roundDuration(p.connectTime), o.ConnConfig.User)))
+	if err := p.notADatabase(); err != nil {
+		return nil, err
 	}
+
+	connected := fmt.Sprintf("connected to %s in %s as %s", rep.Target, roundDuration(p.connectTime), o.ConnConfig.User)
+	if p.borrowedA {
+		connected = fmt.Sprintf("connected to %s as %s (connection A is the lease's own session)", rep.Target, o.ConnConfig.User)
+	}
+	rep.Checks = append(rep.Checks, pass(CheckConnect, connected))
 	first, err := p.first(ctx)
 	if err != nil {
-		rep.Checks = append(rep.Checks, fail(CheckPrimary, Liveness, "the first statement failed: "+p.explain(err)+" (did the pooler find no free server connection?)"))
+		p.firstFailed = true
+		if ctx.Err() != nil {
+			return rep, nil // the deferred cleanup makes this ErrInterrupted
+		}
+		if err := p.unreachableBehind(ctx, err); err != nil {
+			return nil, err
+		}
+		rep.Checks[0] = fail(CheckConnect, Liveness, connected+", but "+p.firstStatementFailed(err))
+		rep.Checks[0].Summary = "connection A's first statement failed"
+		if errors.Is(err, context.DeadlineExceeded) {
+			rep.Checks[0].Summary = fmt.Sprintf("connection A got no server connection within %s", o.Timeout)
+		}
 		return rep, nil
 	}
 	rep.Server = &first.info
 	rep.Checks = append(rep.Checks, checkPrimary(first.info, o.ConnConfig, p.connectedPort()))
 	proxy := p.proxyHints(first)
+	p.proxied = proxy.check.Status != Pass
 	if proxy.pgpool != nil {
 		rep.Checks = append(rep.Checks, *proxy.pgpool)
 	}
 
 	p.contendersReady()
-	for _, c := range p.contenders {
-		if dbconn.TooManyConnections(c.err) {
-			// Not a property of the DSN: the server is full.
-			return nil, fmt.Errorf("the probe's second connection: %w", c.err)
+	for i, c := range p.contenders {
+		if fatalConnectError(c.err) {
+			// Not a property of the DSN: the server or the pooler is full.
+			return nil, p.connectFailed(fmt.Sprintf("the probe's connection %d", i+2), c.err)
 		}
 	}
 	exclusion := p.exclusion(ctx, first)
+	if p.fatal != nil {
+		return nil, p.fatal
+	}
 	var idleCut *Check
 	if o.Idle > 0 && exclusion.Status == Pass && ctx.Err() == nil {
 		c := p.idleSurvival(ctx)
@@ -322,7 +349,9 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 // run is the state of one probe: its connections and what they observed.
 type run struct {
 	opts Options
-	a    *pgx.Conn
+	// target names the DSN's hosts for messages.
+	target string
+	a      *pgx.Conn
 	// borrowedA: a is Options.Conn, which the probe must leave open.
 	borrowedA   bool
 	contenders  []*contender
@@ -339,6 +368,21 @@ type run struct {
 	// multiplexed says a statement ran on another client's backend, or one
 	// of A's moved: the key may be left on pooled backends.
 	multiplexed bool
+	// firstFailed: A's first statement, which takes the key, did not
+	// complete, and A's connection is closed.
+	firstFailed bool
+	// releaseFree: the release check saw the key free after the
+	// connection that held it closed.
+	releaseFree bool
+	// proxied: the proxy check saw signs of a proxy or pooler, so the
+	// probe also opens contenders one after another (see sequential).
+	proxied bool
+	// pooler names the pooler in the path when the probe knows it
+	// (pgpoolName), for advice that names its settings.
+	pooler string
+	// fatal is an error that ends the probe without a verdict, found
+	// while it ran (a pooler's client limit).
+	fatal error
 
 	// bg tracks the contenders' background connects.
 	bg       sync.WaitGroup
@@ -356,6 +400,9 @@ type contender struct {
 	conn    *pgx.Conn
 	err     error
 	tookKey bool
+	// after: opened one after another once A held the key (sequential),
+	// not at the same time as A.
+	after bool
 }
 
 func (p *run) connConfig() *pgx.ConnConfig {
@@ -471,8 +518,11 @@ func (p *run) explain(err error) string {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Sprintf("no answer within %s", p.opts.Timeout)
 	}
-	if code := sqlState(err); code == "42P05" || code == "26000" {
+	switch sqlState(err) {
+	case "42P05", "26000":
 		return fmt.Sprintf("%v: prepared statements of one client appear on another client's server connection: connections are multiplexed (transaction or statement pooling)", err)
+	case "57014":
+		return fmt.Sprintf("%v: the server's statement_timeout (from the DSN's options, or set for the role or database) is shorter than this statement", err)
 	}
 	return err.Error()
 }
@@ -489,3 +539,115 @@ func roundDuration(d time.Duration) time.Duration {
 }
 
 func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
+
+// ---- errors that leave no verdict ----
+
+// clientLimit reports a pooler refusing a client because it admits no
+// more (PgBouncer's max_client_conn).
+func clientLimit(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.Contains(pgErr.Message, "max_client_conn")
+}
+
+// fatalConnectError reports a failed connect that says the server or the
+// pooler is full: not a property of the DSN, and the same answer whichever
+// of the probe's connections met it.
+func fatalConnectError(err error) bool {
+	return err != nil && (clientLimit(err) || dbconn.TooManyConnections(err))
+}
+
+// connectFailed renders the error of a connect that ends the probe;
+// which names the connection when it is not A.
+func (p *run) connectFailed(which string, err error) error {
+	if clientLimit(err) {
+		var pgErr *pgconn.PgError
+		errors.As(err, &pgErr)
+		return errkind.Mark(fmt.Errorf("connect to %s: the pooler there admits no more clients (%s): the probe needs %d connections at once, and a lease two per replica; raise its client limit (PgBouncer: max_client_conn) or close idle clients, then probe again",
+			p.target, pgErr.Message, 1+p.opts.Contenders), errkind.Unavailable)
+	}
+	var ce *dbconn.ConnectError
+	if which == "" && errors.As(err, &ce) && ce.TimedOut() && p.listening() {
+		return errkind.Mark(fmt.Errorf("connect to %s: it accepted the connection but did not complete the login within %s: a pooler there waits for a connection to the database server behind it (is that server running, and is the pooler pointed at it?), or the server is overloaded",
+			p.target, p.opts.Timeout), errkind.Unavailable)
+	}
+	if which != "" {
+		return fmt.Errorf("%s: %w", which, err)
+	}
+	return err
+}
+
+// listening reports whether something accepts connections at the DSN's
+// first address, within a second: after a login that timed out, it tells
+// a listener that does not log clients in (a pooler waiting for its
+// server) from an address where nothing answers.
+func (p *run) listening() bool {
+	cfg := &p.opts.ConnConfig.Config
+	network, addr := "tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	if strings.HasPrefix(cfg.Host, "/") {
+		network, addr = "unix", dbconn.Addr(cfg)
+	}
+	c, err := net.DialTimeout(network, addr, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// notADatabase refuses a DSN that reaches PgBouncer's admin console, which
+// answers to its own commands only: it says so in its server_version.
+func (p *run) notADatabase() error {
+	if v := p.a.PgConn().ParameterStatus("server_version"); strings.HasSuffix(v, "/bouncer") {
+		return errkind.New(errkind.Input, fmt.Sprintf("%s, database %s, is PgBouncer's admin console (PgBouncer %s), not a database: probe the database your workers use through that PgBouncer (its dbname in the DSN)",
+			p.target, p.opts.ConnConfig.Database, strings.TrimSuffix(v, "/bouncer")))
+	}
+	return nil
+}
+
+// unreachableBehind returns an error of kind Unavailable when A's first
+// statement failed because what accepted the connection (a pooler) cannot
+// reach the database server behind it: the pooler says so (a connection
+// exception, SQLSTATE class 08), or, after no answer at all, a fresh
+// connection's statement gets that answer at once. PgBouncer keeps a
+// client that came first waiting while it retries the server, and tells
+// later ones straight away. Nil when it is not that.
+func (p *run) unreachableBehind(ctx context.Context, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = p.askAgain(ctx)
+	}
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) || !strings.HasPrefix(pgErr.Code, "08") {
+		return nil
+	}
+	return errkind.Mark(fmt.Errorf("%s accepted the connection, but the database server behind it cannot be reached: %s: %s (SQLSTATE %s): is that server running, and is the pooler pointed at it?",
+		p.target, strings.ToLower(pgErr.Severity), pgErr.Message, pgErr.Code), errkind.Unavailable)
+}
+
+// askAgain opens a connection of its own and runs one trivial statement,
+// bounded by a second: the error it gets, or nil.
+func (p *run) askAgain(ctx context.Context) error {
+	cctx, cancel := p.step(ctx)
+	defer cancel()
+	conn, err := dbconn.Connect(cctx, p.connConfig())
+	if err != nil {
+		var ce *dbconn.ConnectError
+		if errors.As(err, &ce) {
+			return ce.Err
+		}
+		return err
+	}
+	defer conn.Close(context.Background())
+	sctx, scancel := context.WithTimeout(cctx, min(time.Second, p.opts.Timeout))
+	defer scancel()
+	var one int
+	return conn.QueryRow(sctx, askAgainSQL).Scan(&one)
+}
+
+// firstStatementFailed says why A's first statement failed, when the DSN
+// is not unreachable.
+func (p *run) firstStatementFailed(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Sprintf("connection A's first statement got no answer within %s: the pooler there gave it no server connection in that time (every server connection of its pool is in use, or it is still trying to reach the server), or the server is stalled; a stand-by could not even get a server connection to wait on", p.opts.Timeout)
+	}
+	return "connection A's first statement failed: " + p.explain(err)
+}

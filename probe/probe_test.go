@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/errkind"
 	"github.com/leasectl/leasectl/lab"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
@@ -40,8 +41,14 @@ func connect(t *testing.T, dsn string) *pgx.Conn {
 // does not cascade into the next case.
 func assertNothingLeft(t *testing.T) {
 	t.Helper()
+	assertNothingLeftOn(t, testLab.DirectDSN())
+}
+
+// assertNothingLeftOn is assertNothingLeft on the server of dsn.
+func assertNothingLeftOn(t *testing.T, dsn string) {
+	t.Helper()
 	ctx := context.Background()
-	conn := connect(t, testLab.DirectDSN())
+	conn := connect(t, dsn)
 	var holders []int32
 	err := conn.QueryRow(ctx, `SELECT coalesce(array_agg(pid), '{}') FROM pg_locks
  WHERE locktype = 'advisory' AND objsubid = 1 AND classid = $1::bigint::oid`, locks.ProbeKeyBase>>32).Scan(&holders)
@@ -519,4 +526,276 @@ func TestProbeOnABorrowedConnection(t *testing.T) {
 		}
 		assertNothingLeft(t)
 	}
+}
+
+// TestBalancerOverTwoPrimariesIsRefused: HAProxy in front of two primaries
+// that share nothing (split brain, or one name for two unrelated servers)
+// gives two clients the same key on two servers. Other clients of the
+// balancer hold 0 to 3 connections through it, as a service's replicas
+// would, so leastconn's servers carry equal or unequal loads; connections
+// that a probe opens at the same moment then often land on one server. 30
+// probes through each balancer, 30 refusals, each naming the other server.
+func TestBalancerOverTwoPrimariesIsRefused(t *testing.T) {
+	for _, name := range []string{"split", "split-rr"} {
+		t.Run(name, func(t *testing.T) {
+			dsn := testLab.HAProxyDSN(name)
+			var others []*pgx.Conn
+			defer func() {
+				for _, c := range others {
+					c.Close(context.Background())
+				}
+			}()
+			refused := 0
+			for i := range 30 {
+				for len(others) > i%4 {
+					others[len(others)-1].Close(context.Background())
+					others = others[:len(others)-1]
+				}
+				for len(others) < i%4 {
+					others = append(others, connect(t, dsn))
+				}
+				rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, dsn)})
+				if err != nil {
+					t.Fatalf("run %d: %v", i+1, err)
+				}
+				if rep.Verdict == probe.Refused && rep.Refusal == probe.Safety && strings.Contains(strings.Join(rep.Reasons(), "; "), "another server") {
+					refused++
+				} else {
+					t.Logf("run %d, %d other connection(s): %s (%s), want REFUSED naming another server:%s", i+1, i%4, rep.Verdict, rep.Refusal, dump(rep))
+				}
+			}
+			if refused != 30 {
+				t.Errorf("%d of 30 probes through HAProxy %s over two unrelated primaries were refused, want 30", refused, name)
+			}
+		})
+	}
+	assertNothingLeftOn(t, testLab.DirectDSN())
+	assertNothingLeftOn(t, testLab.TwinDSN())
+}
+
+// allDetails joins every check's detail, to assert on what no line says.
+func allDetails(rep *probe.Report) string {
+	var b strings.Builder
+	for _, c := range rep.Checks {
+		b.WriteString(c.Detail + "\n")
+	}
+	return b.String()
+}
+
+// TestStandbyFirstIsAStandbyNotABalancer: a multi-host DSN with
+// target_session_attrs=any that names the standby first reaches the
+// standby alone. The primary check refuses it, and no line calls it a load
+// balancer: every statement went to that one server.
+func TestStandbyFirstIsAStandbyNotABalancer(t *testing.T) {
+	dsn := fmt.Sprintf("postgres://%s@127.0.0.1:%d,127.0.0.1:%d/postgres?sslmode=disable&target_session_attrs=any&passfile=%s",
+		testLab.User, testLab.Standby.Port, testLab.Primary.Port, testLab.PassFile)
+	rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, dsn)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := rep.Check(probe.CheckPrimary)
+	if rep.Verdict != probe.Refused || rep.Refusal != probe.Safety || c.Status != probe.Fail || !strings.Contains(c.Detail, "standby") {
+		t.Errorf("want REFUSED by the primary check:%s", dump(rep))
+	}
+	if all := allDetails(rep); strings.Contains(all, "load balancer") || strings.Contains(all, "spreads") {
+		t.Errorf("one standby reported as a load balancer:%s", dump(rep))
+	}
+	for _, name := range []string{probe.CheckContinuity, probe.CheckExclusion} {
+		if statusOf(rep, name) != probe.Pass {
+			t.Errorf("%s is %s on one standby:%s", name, statusOf(rep, name), dump(rep))
+		}
+	}
+	assertNothingLeftOn(t, testLab.StandbyDSN())
+}
+
+// TestPoolWaitIsNotAPrimaryFailure: behind PgBouncer in session mode with a
+// pool of one, whose only server connection another client holds, A's
+// first statement waits for a server connection until the timeout. That
+// is the pooler's wait, not a failing primary check: the connect check
+// fails for liveness and says so, and cleanup claims no release.
+func TestPoolWaitIsNotAPrimaryFailure(t *testing.T) {
+	holder := connect(t, testLab.PoolerDSN("session1"))
+	if _, err := holder.Exec(context.Background(), "SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, testLab.PoolerDSN("session1")), Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ := rep.Check(probe.CheckConnect)
+	if rep.Verdict != probe.Refused || rep.Refusal != probe.Liveness || c.Status != probe.Fail || !strings.Contains(c.Detail, "no server connection") {
+		t.Errorf("want REFUSED (liveness) by the connect check naming the pooler's wait:%s", dump(rep))
+	}
+	if _, ok := rep.Check(probe.CheckPrimary); ok {
+		t.Errorf("a primary check without an answer from the server:%s", dump(rep))
+	}
+	if cl, _ := rep.Check(probe.CheckCleanup); cl.Status == probe.Pass {
+		t.Errorf("cleanup claims a release it did not see:%s", dump(rep))
+	}
+	holder.Close(context.Background())
+	assertNothingLeft(t)
+}
+
+// TestPoolersClientLimit: PgBouncer with max_client_conn = 1 admits one of
+// the probe's connections. Whichever it is, the answer is the same: no
+// verdict, an error of kind Unavailable (exit 3) that names the pooler's
+// client limit, not the server.
+func TestPoolersClientLimit(t *testing.T) {
+	for i := range 10 {
+		rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, testLab.PoolerDSN("oneclient")), Timeout: 2 * time.Second})
+		if err == nil {
+			t.Fatalf("run %d: a verdict through a pooler that admits one client:%s", i+1, dump(rep))
+		}
+		if !errors.Is(err, errkind.Unavailable) || !strings.Contains(err.Error(), "admits no more clients") || !strings.Contains(err.Error(), "max_client_conn") ||
+			strings.Contains(err.Error(), "server is running") {
+			t.Fatalf("run %d: %v", i+1, err)
+		}
+	}
+	assertNothingLeft(t)
+}
+
+// TestAdminConsoleIsNotADatabase: the DSN of PgBouncer's admin console
+// (database pgbouncer) is an input error (exit 2) that says what it is.
+func TestAdminConsoleIsNotADatabase(t *testing.T) {
+	dsn := strings.Replace(testLab.PoolerDSN("session"), "/postgres?", "/pgbouncer?", 1)
+	rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, dsn)})
+	if err == nil {
+		t.Fatalf("a verdict for PgBouncer's admin console:%s", dump(rep))
+	}
+	if !errors.Is(err, errkind.Input) || !strings.Contains(err.Error(), "PgBouncer's admin console") || !strings.Contains(err.Error(), "not a database") {
+		t.Errorf("got %v", err)
+	}
+}
+
+// TestServerDownBehindAPooler: with the server behind PgBouncer stopped,
+// PgBouncer still accepts logins, then keeps the first client waiting while
+// it retries the server, and tells later ones that its logins fail. The
+// probe's answer is the same either way: the database cannot be reached
+// (kind Unavailable, exit 3), no verdict.
+func TestServerDownBehindAPooler(t *testing.T) {
+	ctx := context.Background()
+	l, err := lab.Start(ctx, lab.Options{Poolers: []lab.PoolerSpec{{Name: "s", Mode: lab.Session, PoolSize: 5}, {Name: "t", Mode: lab.Transaction, PoolSize: 5}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Stop(context.Background()) })
+	for _, name := range []string{"s", "t"} {
+		if _, err := probe.Run(ctx, probe.Options{ConnConfig: cfgFor(t, l.PoolerDSN(name))}); err != nil {
+			t.Fatalf("%s with the server up: %v", name, err)
+		}
+	}
+	if err := l.StopServer(ctx, &l.Primary, "fast"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"s", "t", "s", "t"} {
+		rep, err := probe.Run(ctx, probe.Options{ConnConfig: cfgFor(t, l.PoolerDSN(name)), Timeout: 2 * time.Second})
+		if err == nil {
+			t.Fatalf("%s: a verdict with the server down:%s", name, dump(rep))
+		}
+		if !errors.Is(err, errkind.Unavailable) || !strings.Contains(err.Error(), "the database server behind it") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestPgPoolModes: pgpool-II's clustering mode decides what its nodes are.
+// In native replication mode both are writable primaries and every write,
+// the lock included, goes to both (the lab's own test shows the key held on
+// each): the probe names the mode and what it means for a lease, and calls
+// neither node a standby or a replica. With a reset-less connection cache
+// (reset_query_list = 'ABORT') a key outlives its client; with the DSN's
+// statement_timeout of 50 ms the probe still waits for the key on its own
+// terms, refuses for safety, names pgpool-II's settings, not PgBouncer's,
+// and claims a release only where pg_locks shows it.
+func TestPgPoolModes(t *testing.T) {
+	t.Run("native replication", func(t *testing.T) {
+		l, err := lab.Start(context.Background(), lab.Options{Poolers: []lab.PoolerSpec{}, PgPool: &lab.PgPoolSpec{Mode: lab.NativeReplication}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Stop(context.Background()) })
+		for i := range 5 {
+			rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, l.PgPoolDSN())})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, _ := rep.Check(probe.CheckPgPool)
+			if rep.Verdict != probe.Stable || c.Status != probe.Warn || !strings.Contains(c.Detail, "native_replication mode") || !strings.Contains(c.Detail, "each is a writable primary") {
+				t.Fatalf("run %d:%s", i+1, dump(rep))
+			}
+			if strings.Contains(c.Detail, "standby") || strings.Contains(c.Detail, "replica (") || strings.Contains(c.Detail, "goes to the primary") {
+				t.Fatalf("run %d: the pgpool line names the wrong topology:%s", i+1, dump(rep))
+			}
+		}
+	})
+	t.Run("reset-less cache, statement_timeout in the DSN", func(t *testing.T) {
+		ctx := context.Background()
+		l, err := lab.Start(ctx, lab.Options{Poolers: []lab.PoolerSpec{}, Standby: true, PgPool: &lab.PgPoolSpec{
+			Settings: map[string]string{"reset_query_list": "'ABORT'", "load_balance_mode": "off"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = l.Stop(context.Background()) })
+		// pgpool-II caches no connection to database postgres.
+		admin := connect(t, l.DirectDSN())
+		if _, err := admin.Exec(ctx, "CREATE DATABASE app"); err != nil {
+			t.Fatal(err)
+		}
+		// pgpool-II logs in to the standby too: wait until it has replayed
+		// the new database.
+		standby := connect(t, l.StandbyDSN())
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			var there bool
+			if err := standby.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_database WHERE datname = 'app')").Scan(&there); err != nil {
+				t.Fatal(err)
+			}
+			if there {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the standby did not replay CREATE DATABASE app within 30s")
+			}
+		}
+		dsn := l.DSN(l.PgPool.Port, l.User, "app") + "&options=-c%20statement_timeout%3D50"
+		// The ground truth: a key taken through pgpool outlives its client.
+		const key = 4242002
+		c := connect(t, dsn)
+		var pid int32
+		if err := c.QueryRow(ctx, "SELECT pg_backend_pid() FROM (SELECT pg_advisory_lock($1)) s", int64(key)).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		c.Close(ctx)
+		var still bool
+		if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND pid = $2)", key, pid).Scan(&still); err != nil || !still {
+			t.Fatalf("the key did not outlive its client through pgpool (%v): this test proves nothing", err)
+		}
+		if _, err := admin.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			rep, err := probe.Run(ctx, probe.Options{ConnConfig: cfgFor(t, dsn)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel, _ := rep.Check(probe.CheckRelease)
+			if rep.Verdict != probe.Refused || rep.Refusal != probe.Safety || rel.Status != probe.Fail || !strings.Contains(rel.Detail, "reset_query_list") || strings.Contains(allDetails(rep), "PgBouncer") {
+				t.Fatalf("run %d: want REFUSED (safety) by the release check naming reset_query_list:%s", i+1, dump(rep))
+			}
+			cl, _ := rep.Check(probe.CheckCleanup)
+			var held []int32
+			if err := admin.QueryRow(ctx, `SELECT coalesce(array_agg(pid), '{}') FROM pg_locks
+ WHERE locktype = 'advisory' AND ((classid::bigint << 32) | objid::bigint) = $1`, rep.Key).Scan(&held); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case cl.Status == probe.Pass && len(held) > 0:
+				t.Fatalf("run %d: cleanup passed, and backend(s) %v still hold the key:%s", i+1, held, dump(rep))
+			case cl.Status != probe.Pass && (len(held) == 0 || !strings.Contains(cl.Detail, "connection_life_time") || strings.Contains(cl.Detail, "server_lifetime")):
+				t.Fatalf("run %d: cleanup %s with the key held by %v:%s", i+1, cl.Status, held, dump(rep))
+			}
+			for _, pid := range held {
+				_, _ = admin.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
+			}
+		}
+	})
 }
