@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -64,6 +65,8 @@ that began in the last DURATION (24h) or since an RFC 3339 time; --limit
 caps the rows (50 unless given; 0: all; -o json prints all unless given).
 Leases keep the newest 1000 terms of each role (leasectl run --keep).
 
+On a terminal the table is followed by a timeline: a line per term, oldest
+first, scaled to the span they cover, with the leaderless gaps marked.
 -o wide adds the holder's application_name. Exit 1 when the database has no
 term record yet.`,
 		Example: `  leasectl history poller
@@ -311,6 +314,10 @@ func renderHistoryText(w io.Writer, st styles, color bool, v *historyView, lay s
 		return err
 	}
 	var foot strings.Builder
+	if lay.Width > 0 && len(v.terms) > 0 {
+		// On a terminal: the terms as a timeline.
+		foot.WriteString(timeline(v, st, color, lay.Width))
+	}
 	// note writes a footnote, its label styled as paintLabel says.
 	note := func(paintLabel func(string) string, label, text string) {
 		fmt.Fprintf(&foot, "\n%s %s\n", paintLabel(label), wrapIndented(textWidth(label)+1, text, lay.Width))
@@ -335,6 +342,53 @@ func renderHistoryText(w io.Writer, st styles, color bool, v *historyView, lay s
 	}
 	_, err := io.WriteString(w, foot.String())
 	return err
+}
+
+// timeline draws v's terms, oldest first, one line each, on a time axis
+// scaled to the span they cover: █ while the term lasted, ░ the leaderless
+// gap before it, ▶ a live term.
+func timeline(v *historyView, st styles, color bool, width int) string {
+	paint := painter(color)
+	terms := slices.Clone(v.terms)
+	slices.Reverse(terms) // oldest first
+	from, to := terms[0].Began, v.now
+	if len(terms) > 0 && terms[0].HasPrevious && terms[0].LeaderlessBefore > 0 {
+		from = from.Add(-terms[0].LeaderlessBefore)
+	}
+	if last := terms[len(terms)-1]; !last.Live() && last.Ended.Before(to) {
+		to = last.Ended
+	}
+	label := 0
+	for _, t := range terms {
+		label = max(label, len("e"+strconv.FormatInt(t.Epoch, 10)))
+	}
+	cols := max(width-label-2, 10)
+	span := max(to.Sub(from), time.Millisecond)
+	col := func(at time.Time) int {
+		c := int(float64(at.Sub(from)) / float64(span) * float64(cols-1))
+		return min(max(c, 0), cols-1)
+	}
+	var b strings.Builder
+	axis := fmt.Sprintf("%s … %s (%s)", fmtWhen(from, v.now), fmtWhen(to, v.now), fmtSpan(to.Sub(from)))
+	fmt.Fprintf(&b, "\n%s %s\n", paint(st.Bold, "Timeline"), paint(st.Dim, axis))
+	for _, t := range terms {
+		end := to
+		if !t.Live() {
+			end = t.Ended
+		}
+		b0, e0 := col(t.Began), col(end)
+		g0 := b0
+		if t.HasPrevious && t.LeaderlessBefore > 0 {
+			g0 = col(t.Began.Add(-t.LeaderlessBefore))
+		}
+		line := strings.Repeat(" ", g0) + paint(st.Warn, strings.Repeat("░", b0-g0)) + paint(st.OK, strings.Repeat("█", max(e0-b0, 1)))
+		if t.Live() {
+			line += paint(st.OK, "▶")
+		}
+		fmt.Fprintf(&b, "%-*s  %s\n", label, "e"+strconv.FormatInt(t.Epoch, 10), line)
+	}
+	fmt.Fprintf(&b, "%s\n", paint(st.Dim, strings.Repeat(" ", label+2)+"█ a term   ░ no leader   ▶ live"))
+	return b.String()
 }
 
 // holderOf names a term's holder: its host and OS pid.

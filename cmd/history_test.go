@@ -322,6 +322,20 @@ func TestHistoryOfRealTerms(t *testing.T) {
 	if narrow.Code != ExitOK || strings.Contains(narrow.Stdout, "APPLICATION") || !strings.Contains(narrow.Stdout, "EPOCH  HOLDER  ") {
 		t.Errorf("history on a terminal: exit %d, want the table without APPLICATION:\n%s", narrow.Code, narrow.Stdout)
 	}
+	// ... and the terms as a timeline, oldest first, the live one last.
+	var bars []string
+	for _, l := range strings.Split(narrow.Stdout[strings.Index(narrow.Stdout, "\nTimeline ")+1:], "\n") {
+		if strings.HasPrefix(l, "e") && strings.Contains(l, "█") {
+			bars = append(bars, l)
+		}
+	}
+	if !strings.Contains(narrow.Stdout, "\nTimeline ") || len(bars) != 4 || !strings.HasPrefix(bars[0], "e"+epoch(first)+" ") ||
+		!strings.HasPrefix(bars[3], "e"+epoch(fourth)+" ") || !strings.HasSuffix(bars[3], "▶") {
+		t.Errorf("history on a terminal: want a timeline of the 4 terms, oldest first, the live one marked:\n%s", narrow.Stdout)
+	}
+	if strings.Contains(res.Stdout, "Timeline") {
+		t.Errorf("a timeline in piped output:\n%s", res.Stdout)
+	}
 	wide := runCLIWith(t, context.Background(), env, true, "", "--dsn", dsn, "--keys", keysPath, "history", "poller", "-o", "wide")
 	if rows := historyTable(t, wide.Stdout); wide.Code != ExitOK || len(rows) != 4 || rows[0]["APPLICATION"] != "leasectl lease poller@"+host {
 		t.Errorf("history -o wide on a terminal: exit %d, want APPLICATION:\n%s", wide.Code, wide.Stdout)
