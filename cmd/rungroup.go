@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -115,7 +116,8 @@ func runGroup(ctx context.Context, opts *runOptions) error {
 	if app.OwnProcess {
 		if self, err := os.Executable(); err != nil {
 			logger.Warn("no obituary process: if leasectl is killed, the next leaders wait for their terms' deadlines", "err", err.Error())
-		} else if obit, err = supervisor.StartObituary(self, nil, connCfg.ConnString(), name, opts.LogFormat); err != nil {
+		} else if obit, err = supervisor.StartObituary(self, nil, connCfg.ConnString(), name, opts.LogFormat,
+			supervisor.KeepConnection(cmp.Or(connCfg.RuntimeParams["application_name"], cfg.ApplicationName))); err != nil {
 			logger.Warn("no obituary process: if leasectl is killed, the next leaders wait for their terms' deadlines", "err", err.Error())
 			obit = nil
 		} else {

@@ -151,6 +151,9 @@ type member struct {
 	stopAt     time.Time
 	stopWarned bool
 	result     error
+	// spreadHold: notBefore keeps this replica off a role it stepped down
+	// from to spread the roles; it is lifted when a replica goes away.
+	spreadHold bool
 }
 
 type group struct {
@@ -472,6 +475,15 @@ func (gr *group) countReplicas(ctx context.Context, presence []locks.Key) error 
 	n, err := locks.CountHolders(ctx, gr.s.main, presence)
 	if err != nil {
 		return err
+	}
+	if n < gr.replicas {
+		// A replica went away: the roles this one gave up to spread them
+		// are its to take again, at once.
+		for _, m := range gr.members {
+			if m.spreadHold {
+				m.notBefore, m.spreadHold = time.Time{}, false
+			}
+		}
 	}
 	gr.replicas, gr.counted = n, time.Now()
 	return nil
@@ -894,6 +906,7 @@ func (gr *group) spread(ctx context.Context) {
 	shed := mine[:len(mine)-fair]
 	gr.r.log.Info("leading more than a fair share of the roles; stepping down from some", "leading", len(mine), "replicas", gr.replicas, "fair_share", fair, "stepping_down", len(shed))
 	for _, m := range shed {
+		m.spreadHold = true
 		gr.stop(m, ErrRebalanced, term.SteppedDown, rebalanceHold)
 	}
 }

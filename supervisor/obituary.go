@@ -42,7 +42,9 @@ func IsObituary() bool { return os.Getenv(obituaryEnv) != "" }
 // obituaryNote is one message to the obituary.
 type obituaryNote struct {
 	// Hello: the first message. Role is also on Begin: the role of the
-	// term's lease (the hello's names them all).
+	// term's lease (the hello's names them all). Keep names the
+	// connection the obituary opens at once and keeps, when not empty.
+	Keep   string `json:"keep,omitempty"`
 	DSN    string `json:"dsn,omitempty"`
 	Role   string `json:"role,omitempty"`
 	Format string `json:"format,omitempty"`
@@ -72,7 +74,7 @@ type Obituary struct {
 // string (sent over the pipe, never on the command line), role names the
 // lease in the obituary's log lines, and format ("text" or "json") is the
 // log format on stderr.
-func StartObituary(path string, args []string, connString, role, format string) (*Obituary, error) {
+func StartObituary(path string, args []string, connString, role, format string, opts ...ObituaryOption) (*Obituary, error) {
 	if err := obituarySupport(); err != nil {
 		return nil, err
 	}
@@ -99,8 +101,24 @@ func StartObituary(path string, args []string, connString, role, format string) 
 		markHelper(cmd.Process.Pid, false)
 		close(o.done)
 	}()
-	o.send(obituaryNote{DSN: connString, Role: role, Format: format})
+	hello := obituaryNote{DSN: connString, Role: role, Format: format}
+	for _, opt := range opts {
+		opt(&hello)
+	}
+	o.send(hello)
 	return o, nil
+}
+
+// ObituaryOption changes how an obituary works.
+type ObituaryOption func(*obituaryNote)
+
+// KeepConnection makes the obituary connect to the database at once, as
+// application, and keep the connection: when this process dies, it
+// records the ends of its terms without a connection setup first. A group
+// run (many roles, whose next leaders all wait for those ends) uses it; it
+// costs one idle server session.
+func KeepConnection(application string) ObituaryOption {
+	return func(n *obituaryNote) { n.Keep = application }
 }
 
 func (o *Obituary) send(n obituaryNote) {
@@ -170,6 +188,7 @@ func ServeObituary() int {
 		return 2
 	}
 	var hello obituaryNote
+	var kept *keptConn
 	terms := map[string]*obituaryTerm{} // by TermID
 	seq := 0
 	bye := false
@@ -183,6 +202,9 @@ func ServeObituary() int {
 		switch n.Event {
 		case "":
 			hello = n
+			if hello.Keep != "" {
+				kept = keepConnection(hello)
+			}
 		case "begin":
 			for id, t := range terms {
 				if t.note.Key == n.Key && id != n.TermID {
@@ -200,6 +222,11 @@ func ServeObituary() int {
 		}
 	}
 	if bye || len(terms) == 0 {
+		if c := kept.take(); c != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = c.Close(ctx)
+			cancel()
+		}
 		return 0
 	}
 	died := time.Now()
@@ -253,7 +280,7 @@ func ServeObituary() int {
 			gone = append(gone, t)
 		}
 	}
-	for t, err := range recordKilled(hello, gone, died) {
+	for t, err := range recordKilled(hello, gone, died, kept.take()) {
 		t.log.Error("cannot record the end of the killed leader's term; the next leader waits for its deadline", "epoch", t.note.Epoch, "err", err.Error())
 		code = 1
 	}
@@ -273,7 +300,7 @@ type obituaryTerm struct {
 // recordKilled records the end of each of terms, on one connection while
 // that works, retrying for a while: the server may be restarting. It
 // returns why, for each term whose end it could not record.
-func recordKilled(hello obituaryNote, terms []*obituaryTerm, died time.Time) map[*obituaryTerm]error {
+func recordKilled(hello obituaryNote, terms []*obituaryTerm, died time.Time, conn *pgx.Conn) map[*obituaryTerm]error {
 	failed := map[*obituaryTerm]error{}
 	if len(terms) == 0 {
 		return failed
@@ -286,7 +313,6 @@ func recordKilled(hello obituaryNote, terms []*obituaryTerm, died time.Time) map
 		return failed
 	}
 	cfg.RuntimeParams["application_name"] = "leasectl obituary " + hello.Role
-	var conn *pgx.Conn
 	defer func() {
 		if conn != nil {
 			_ = conn.Close(context.Background())
@@ -342,4 +368,46 @@ func obituaryLogger(hello obituaryNote, role string) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(os.Stderr, nil)).With("schema_version", 1, "role", role, "obituary_pid", os.Getpid())
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, nil)).With("role", role, "obituary_pid", os.Getpid())
+}
+
+// keptConn is the connection an obituary opens at once (KeepConnection),
+// ready when its process dies.
+type keptConn struct {
+	mu   sync.Mutex
+	conn *pgx.Conn
+}
+
+// keepConnection connects in the background; a failure leaves nothing kept,
+// and recordKilled connects then as without it.
+func keepConnection(hello obituaryNote) *keptConn {
+	k := &keptConn{}
+	go func() {
+		cfg, err := dbconn.Parse(hello.DSN, 5*time.Second)
+		if err != nil {
+			return
+		}
+		cfg.RuntimeParams["application_name"] = hello.Keep
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		conn, err := dbconn.Connect(ctx, cfg)
+		if err != nil {
+			return
+		}
+		k.mu.Lock()
+		k.conn = conn
+		k.mu.Unlock()
+	}()
+	return k
+}
+
+// take returns the kept connection, if there is one.
+func (k *keptConn) take() *pgx.Conn {
+	if k == nil {
+		return nil
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	c := k.conn
+	k.conn = nil
+	return c
 }
