@@ -64,7 +64,7 @@ SIGTERM: the same, then leasectl exits. CMD exits: leasectl exits with its
 status (--restart: runs it again).
 
 --procfile FILE runs every role of a Procfile (ROLE: COMMAND ARGS... per
-line) in this one process over two shared sessions; the replicas spread the
+line) in this one process over shared sessions; the replicas spread the
 roles among themselves.
 
 Exit status: CMD's own; 0 when stopped while standing by; 2 for bad input.
