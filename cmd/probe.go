@@ -44,25 +44,29 @@ through a quiet transaction-mode pooler, which then lets two clients both take
 the lock. So while connection A holds the probe key, further connections
 through the same DSN must get other backends of the same server and be refused
 the key, and A must still hold it; then A disconnects, and the key must be free:
-the lock died with its connection. Every statement is its own round trip and
-says which backend and which server (system identifier, start time, primary or
-standby) ran it.
+the lock died with its connection. Behind a proxy or pooler, more contenders
+are opened one after another once A holds the key, since a balancer may put
+connections that arrive together on one server. Every statement is its own
+round trip and says which backend and which server (system identifier, start
+time, primary or standby) ran it, and every connection must reach A's server.
 
 Checks, each pass / warn / fail / info with one line of why:
-  connect              reach the server within --timeout (else exit 3)
+  connect              reach the server within --timeout (else exit 3), and
+                       get a server connection from a pooler in that time
   primary              not a standby (advisory locks on a standby fence nothing)
   session_continuity   A's statements all ran on one backend of one primary
   exclusion            contenders get other backends and cannot take A's key
   idle_survival        with --idle: A's session survives that long idle
   release              the key is free once A has disconnected
-  pgpool               pgpool-II in the path: no load balancing to a standby
+  pgpool               pgpool-II in the path: its mode, no load balancing to a standby
   proxy                signs of a pooler or proxy in the path (warn only)
   idle_session_timeout must be above the heartbeat interval
   dead_peer_detection  how long the server keeps a vanished client's lock
   privileges           what who and failover can do with this role (info)
-  cleanup              the probe key released
+  cleanup              the probe key released, as seen
 
-Warnings refuse only with --strict. The probe key is picked at random from
+Warnings refuse only with --strict. A pooler that admits no more clients or
+cannot reach its server exits 3; PgBouncer's admin console as the DSN exits 2. The probe key is picked at random from
 %d to %d (the bytes "leas" and 32 random bits), a range keys lint keeps free of
 roles, so probes never contend with each other or with what an interrupted
 probe left behind; --probe-key picks one. The DSN is the argument, else --dsn,

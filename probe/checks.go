@@ -242,7 +242,7 @@ func (p *run) exclusion(ctx context.Context, first firstResult) Check {
 	}
 	detail := fmt.Sprintf("while A (backend pid %d) held key %d, %d contender connection(s) on other backends of the same server (%s) were refused it in %d rounds, and A still held it", home.pid, key, live, pidList(others), p.opts.Rounds)
 	if after > 0 {
-		detail = fmt.Sprintf("while A (backend pid %d) held key %d, %d contender connection(s) on other backends of the same server (%s) were refused it: %d opened with A, in %d rounds, and, as a proxy is in the path, %d opened one after another once A held the key, so that a balancer placed each on its own; A still held it", home.pid, key, live, pidList(others), live-after, p.opts.Rounds, after)
+		detail = fmt.Sprintf("while A (backend pid %d) held key %d, %d contender connection(s) on other backends of the same server (%s) were refused it (%d opened with A, in %d rounds; as a proxy is in the path, %d more opened one after another once A held the key, which a balancer places by the connections already open), and A still held it", home.pid, key, live, pidList(others), live-after, p.opts.Rounds, after)
 	}
 	return pass(CheckExclusion, detail)
 }

@@ -237,16 +237,24 @@ func Decide(checks []Check, strict bool) (Verdict, Cause) {
 var ErrInterrupted = errkind.New(errkind.Interrupted, "probe interrupted: no verdict")
 
 // Run probes opts.ConnConfig. It returns an error only when the DSN cannot
-// be used at all (the first connection fails: a *dbconn.ConnectError), when
-// opts is incomplete, or when ctx ended first (ErrInterrupted). Everything
-// else, including failures of later connections, is a check in the report.
+// be used at all, when opts is incomplete, or when ctx ended first
+// (ErrInterrupted). The DSN cannot be used when the first connection fails
+// (a *dbconn.ConnectError, or an error of kind Unavailable naming a pooler
+// that does not log clients in), when it reaches PgBouncer's admin console
+// (kind Input), when a pooler says it cannot reach the server behind it
+// (kind Unavailable), and when the server or a pooler admits no more
+// clients, whichever of the probe's connections meets the limit (kind
+// Unavailable). Everything else, including other failures of later
+// connections, is a check in the report.
 //
 // Connection A takes the probe key in its first statement, which also says
 // which server and backend ran it and reads the settings the checks judge.
 // Every contender then tries the key (it must be refused, on another
 // backend of the same server), and A proves it still holds it (unlock and
-// take again, in one statement): Rounds times. With Idle, A then waits. Then
-// A disconnects and a contender checks that the key was released with it.
+// take again, in one statement): Rounds times. Behind a proxy, Contenders+1
+// more contenders are then opened one after another, each trying the key
+// once, and A proves its hold again. With Idle, A then waits. Then A
+// disconnects and a contender checks that the key was released with it.
 // Every statement is its own round trip and transaction and says which
 // backend and server ran it; none reads pg_locks unless something already
 // went wrong.
