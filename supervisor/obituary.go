@@ -335,25 +335,33 @@ func recordKilled(hello obituaryNote, terms []*obituaryTerm, died time.Time, con
 			}
 		}
 		if conn != nil {
-			var left []*obituaryTerm
-			for _, t := range pending {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				open, err := term.End(ctx, conn, t.note.Key, t.note.TermID, term.Killed, time.Since(died))
-				cancel()
-				switch {
-				case err == nil:
+			// One round trip for all: the next leaders wait for these.
+			ends := make([]term.Ending, len(pending))
+			for i, t := range pending {
+				ends[i] = term.Ending{Key: t.note.Key, ID: t.note.TermID, Reason: term.Killed, Ago: time.Since(died)}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			open, err := term.EndAll(ctx, conn, ends)
+			cancel()
+			switch {
+			case err == nil:
+				for i, t := range pending {
 					delete(failed, t)
-					if open {
+					if open[i] {
 						t.log.Info("the leader was killed; its program is gone: recorded the end of its term", "epoch", t.note.Epoch)
 					}
-				case errors.Is(err, term.ErrNoSchema):
+				}
+				pending = nil
+			case errors.Is(err, term.ErrNoSchema):
+				for _, t := range pending {
 					failed[t] = err // retrying will not help
-				default:
+				}
+				pending = nil
+			default:
+				for _, t := range pending {
 					failed[t] = err
-					left = append(left, t)
 				}
 			}
-			pending = left
 		}
 		if len(pending) == 0 || !time.Now().Before(until) {
 			return failed

@@ -418,6 +418,38 @@ func End(ctx context.Context, q Querier, key int64, id, reason string, ago time.
 	return n > 0, nil
 }
 
+// Ending is one term whose end EndAll records.
+type Ending struct {
+	Key    int64
+	ID     string
+	Reason string
+	Ago    time.Duration
+}
+
+// EndAll records the ends of terms as End does, in one round trip (a
+// killed group's obituary ends many at once, while their next leaders
+// wait), and reports for each whether it was still open. The batch is one
+// implicit transaction: on an error none is recorded, and each carries it.
+func EndAll(ctx context.Context, conn *pgx.Conn, ends []Ending) ([]bool, error) {
+	open := make([]bool, len(ends))
+	b := &pgx.Batch{}
+	for i, e := range ends {
+		b.Queue(endSQL, e.Key, e.ID, e.Reason, float64(max(e.Ago, 0).Microseconds())/1000, Channel(e.Key)).QueryRow(func(row pgx.Row) error {
+			var n int64
+			var note string
+			if err := row.Scan(&n, &note); err != nil {
+				return err
+			}
+			open[i] = n > 0
+			return nil
+		})
+	}
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return make([]bool, len(ends)), wrap("record the ends of the terms", err)
+	}
+	return open, nil
+}
+
 // MarkEvicted records that a stand-by ended the sessions of term id's
 // holder.
 func MarkEvicted(ctx context.Context, q Querier, key int64, id string) error {
