@@ -28,12 +28,13 @@ const (
        pg_try_advisory_lock($1),
        inet_client_addr() IS NULL,
        coalesce(inet_client_port(), 0),
-       (SELECT json_object_agg(name, setting) FROM pg_settings
-         WHERE name IN ('idle_session_timeout', 'statement_timeout', 'idle_in_transaction_session_timeout', 'tcp_keepalives_idle', 'tcp_keepalives_interval',
-                        'tcp_keepalives_count', 'tcp_user_timeout')),
-       coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user), false),
-       pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'),
-       pg_has_role(current_user, 'pg_signal_backend', 'USAGE')`
+       current_setting('idle_session_timeout'), current_setting('statement_timeout'),
+       current_setting('idle_in_transaction_session_timeout'), current_setting('tcp_keepalives_idle'),
+       current_setting('tcp_keepalives_interval'), current_setting('tcp_keepalives_count'),
+       current_setting('tcp_user_timeout'),
+       current_setting('is_superuser') = 'on',
+       current_setting('is_superuser') = 'on' OR pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'),
+       current_setting('is_superuser') = 'on' OR pg_has_role(current_user, 'pg_signal_backend', 'USAGE')`
 	// tryOnSQL is a contender's try for the key.
 	tryOnSQL = `SELECT pg_backend_pid(), ` + dbconn.IdentityColumns + `, pg_try_advisory_lock($1)`
 	// recheckSQL is A proving it still holds the key: it releases it (true
@@ -89,31 +90,51 @@ func (p *run) first(ctx context.Context) (firstResult, error) {
 	ctx, cancel := p.step(ctx)
 	defer cancel()
 	var r firstResult
-	var settings map[string]string
-	dest := append(r.info.Dest(), &r.locked, &r.settings.ClientOnSocket, &r.settings.ClientPort, &settings,
+	var set [7]string
+	dest := append(r.info.Dest(), &r.locked, &r.settings.ClientOnSocket, &r.settings.ClientPort,
+		&set[0], &set[1], &set[2], &set[3], &set[4], &set[5], &set[6],
 		&r.settings.Superuser, &r.settings.ReadAllStats, &r.settings.SignalBackend)
 	if err := p.a.QueryRow(ctx, firstSQL, p.opts.Key).Scan(dest...); err != nil {
 		return r, err
 	}
-	num := func(name string) int64 {
-		n, _ := strconv.ParseInt(settings[name], 10, 64)
-		return n
-	}
 	s := &r.settings
 	s.Timeouts = sessionTimeouts{
-		Idle:              time.Duration(num("idle_session_timeout")) * time.Millisecond,
-		Statement:         time.Duration(num("statement_timeout")) * time.Millisecond,
-		IdleInTransaction: time.Duration(num("idle_in_transaction_session_timeout")) * time.Millisecond,
+		Idle:              gucDuration(set[0], time.Millisecond),
+		Statement:         gucDuration(set[1], time.Millisecond),
+		IdleInTransaction: gucDuration(set[2], time.Millisecond),
 	}
+	count, _ := strconv.Atoi(set[5])
 	s.TCP = timing.TCP{
-		Idle:        time.Duration(num("tcp_keepalives_idle")) * time.Second,
-		Interval:    time.Duration(num("tcp_keepalives_interval")) * time.Second,
-		Count:       int(num("tcp_keepalives_count")),
-		UserTimeout: time.Duration(num("tcp_user_timeout")) * time.Millisecond,
+		Idle:        gucDuration(set[3], time.Second),
+		Interval:    gucDuration(set[4], time.Second),
+		Count:       count,
+		UserTimeout: gucDuration(set[6], time.Millisecond),
 	}
 	p.observeA(observation{r.info.BackendPID, r.info.Identity()})
 	p.aLocked = r.locked
 	return r, nil
+}
+
+// gucDuration reads a time setting as current_setting shows it: an integer
+// in the setting's base unit, or with the largest unit that divides it
+// ("500ms", "30s", "2min", "2h", "1d"). What it cannot read is 0.
+func gucDuration(v string, base time.Duration) time.Duration {
+	units := []struct {
+		suffix string
+		d      time.Duration
+	}{{"ms", time.Millisecond}, {"min", time.Minute}, {"s", time.Second}, {"h", time.Hour}, {"d", 24 * time.Hour}}
+	unit := base
+	for _, u := range units {
+		if strings.HasSuffix(v, u.suffix) {
+			v, unit = strings.TrimSuffix(v, u.suffix), u.d
+			break
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return time.Duration(n) * unit
 }
 
 func (p *run) observeA(o observation) {

@@ -67,3 +67,20 @@ func TestEndpointHints(t *testing.T) {
 		t.Errorf("plain endpoint hinted: %v", h)
 	}
 }
+
+func TestGUCDuration(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		base time.Duration
+		want time.Duration
+	}{
+		{"0", time.Millisecond, 0}, {"50ms", time.Millisecond, 50 * time.Millisecond}, {"10s", time.Millisecond, 10 * time.Second},
+		{"2min", time.Second, 2 * time.Minute}, {"2h", time.Second, 2 * time.Hour}, {"1d", time.Millisecond, 24 * time.Hour},
+		{"75", time.Second, 75 * time.Second}, {"1500", time.Millisecond, 1500 * time.Millisecond}, {"-1", time.Millisecond, -time.Millisecond},
+		{"", time.Second, 0}, {"soon", time.Second, 0},
+	} {
+		if got := gucDuration(tc.v, tc.base); got != tc.want {
+			t.Errorf("gucDuration(%q, %s) = %s, want %s", tc.v, tc.base, got, tc.want)
+		}
+	}
+}
