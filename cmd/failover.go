@@ -13,6 +13,7 @@ import (
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/timing"
 	"github.com/spf13/cobra"
 )
 
@@ -129,7 +130,7 @@ name is exit 1, listing the replicas seen.`,
 	f.StringVar(&opts.Replica, "replica", "", "move every role off the replicas of this `NAME` (an application_name, or the host after its last '@'), as for a node drain")
 	f.BoolVarP(&opts.Yes, "yes", "y", false, "fail over without asking for confirmation")
 	f.BoolVar(&opts.Force, "force", false, "terminate the holder's backend at once instead of asking the leader to step down (with --replica: each replica's lease session, which moves all its roles at once)")
-	f.DurationVar(&opts.Wait, "wait", 15*time.Second, "how long to wait for a stand-by to take over (and, with the term record, to begin its term)")
+	f.DurationVar(&opts.Wait, "wait", timing.DefaultTakeoverWait, "how long to wait for a stand-by to take over (and, with the term record, to begin its term)")
 	return c
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/supervisor"
+	"github.com/leasectl/leasectl/timing"
 	"github.com/spf13/cobra"
 )
 
@@ -173,7 +174,7 @@ while they hold the lease.`,
 	pf.StringVar(&app.Global.Keys, "keys", "", "role→key map (else $LEASECTL_KEYS, else ./keys.yaml)")
 	pf.StringVarP(&app.Global.Output, "output", "o", "text", "output format: text or json (who: also wide; keys lint and keys diff: also github-actions; run: its log on stderr)")
 	pf.BoolVar(&app.Global.NoColor, "no-color", false, "plain output without colours (also when $NO_COLOR is set or stdout is not a terminal)")
-	pf.DurationVar(&app.Global.Timeout, "timeout", 5*time.Second, "time limit for connecting and for each database step")
+	pf.DurationVar(&app.Global.Timeout, "timeout", timing.DefaultTimeout, "time limit for connecting and for each database step")
 	_ = root.RegisterFlagCompletionFunc("output", func(c *cobra.Command, _ []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		return outputs(c), cobra.ShellCompDirectiveNoFileComp
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/probe"
+	"github.com/leasectl/leasectl/timing"
 	"github.com/leasectl/leasectl/verify"
 	"github.com/spf13/cobra"
 )
@@ -77,13 +78,13 @@ terminal, and with no terminal it exits 2 without doing anything.`,
 	f.BoolVar(&opts.Failover, "failover", false, "also fail each role over and time the takeover (needs --yes, or a yes on the terminal)")
 	f.BoolVar(&opts.Force, "force", false, "with --failover: terminate each leader at once instead of asking it to step down")
 	f.BoolVarP(&opts.Yes, "yes", "y", false, "confirm --failover without asking")
-	f.DurationVar(&opts.Within, "wait", 15*time.Second, "how long clean_failover waits for a stand-by to take over")
-	f.Duration("within", 15*time.Second, "")
+	f.DurationVar(&opts.Within, "wait", timing.DefaultTakeoverWait, "how long clean_failover waits for a stand-by to take over")
+	f.Duration("within", timing.DefaultTakeoverWait, "")
 	deprecatedAlias(f, "within", "wait")
 	f.StringVar(&opts.PoolerDSN, "pooler-dsn", "", "a pooler DSN that the probe must refuse (pooler_rejection)")
 	f.StringVar(&opts.LeaseDSN, "lease-dsn", "", "the DSN the workers hold leases over, which the probe must accept (lease_dsn; default --dsn)")
 	f.DurationVar(&opts.Idle, "idle", 0, "with lease_dsn: keep the probe's session idle this long (a little above the heartbeat interval, e.g. 20s)")
-	f.DurationVar(&opts.Stale, "stale", 45*time.Second, "a leader idle for longer than this fails one_leader")
+	f.DurationVar(&opts.Stale, "stale", timing.DefaultStaleAfter, "a leader idle for longer than this fails one_leader")
 	return c
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/timing"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -134,7 +135,7 @@ characters escaped (\x1b, \r, \u202e).`,
 	f := c.Flags()
 	f.BoolVar(&opts.All, "all", false, "also show advisory locks whose keys are in no role of keys.yaml")
 	f.BoolVar(&opts.Replicas, "replicas", false, "list the replicas that serve roles (group runs, and single-role runs), with how many roles each leads and waits for, instead of the roles")
-	f.DurationVar(&opts.Stale, "stale", 45*time.Second, "flag a holder idle for longer than this as STALE (three missed 15s heartbeats)")
+	f.DurationVar(&opts.Stale, "stale", timing.DefaultStaleAfter, "flag a holder idle for longer than this as STALE (three missed 15s heartbeats)")
 	f.BoolVar(&opts.Check, "check", false, "exit 1 when a requested role has no single live leader (no holder, a stale one, a shared hold or a prepared transaction; with the term record, a holder whose term is stale or not begun)")
 	f.DurationVarP(&opts.Watch, "watch", "w", 0, "redraw until Ctrl-C, every 2s or every `INTERVAL` given after \"=\" (--watch=5s, -w=5s)")
 	f.Lookup("watch").NoOptDefVal = defaultWatchInterval.String()

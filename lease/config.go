@@ -33,7 +33,7 @@ type Config struct {
 	// keys.yaml. Empty means "key N".
 	Role string
 	// Key is the advisory-lock key that the replicas of this role contend
-	// for. It must not be locks.DefaultProbeKey, which the probe uses.
+	// for. It must not be in the probe's range (locks.IsProbeKey).
 	Key int64
 
 	// DSN is the database, parsed with dbconn.Parse (pooler-safe exec mode)
@@ -120,8 +120,8 @@ func (e *ConfigError) Error() string {
 
 // withDefaults validates c and fills in defaults; it parses the DSN.
 func (c Config) withDefaults() (Config, error) {
-	if c.Key == locks.DefaultProbeKey {
-		return c, &ConfigError{"Key", fmt.Sprintf("%d is the probe's key (locks.DefaultProbeKey); give the role its own key", c.Key)}
+	if locks.IsProbeKey(c.Key) {
+		return c, &ConfigError{"Key", fmt.Sprintf("%d is in the probe's key range (locks.IsProbeKey); give the role its own key", c.Key)}
 	}
 	c.Role = c.Name()
 	for _, d := range []struct {

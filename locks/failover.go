@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/timing"
 )
 
 // Name is how messages name the lease: its role, else "key K"; a presence
@@ -171,10 +172,10 @@ type FailoverOptions struct {
 
 func (o FailoverOptions) withDefaults() FailoverOptions {
 	if o.TerminateTimeout <= 0 {
-		o.TerminateTimeout = 5 * time.Second
+		o.TerminateTimeout = timing.DefaultTimeout
 	}
 	if o.Wait <= 0 {
-		o.Wait = 15 * time.Second
+		o.Wait = timing.DefaultTakeoverWait
 	}
 	if o.Poll <= 0 {
 		o.Poll = 10 * time.Millisecond

@@ -170,9 +170,11 @@ func isHexKey(s string) bool {
 	return true
 }
 
-// DefaultProbeKey is the advisory key `leasectl probe` takes by default:
-// the bytes of "leasectl" read as a big-endian int64 (0x6c6561736563746c).
-// No role in keys.yaml may use it (keys lint enforces that).
+// DefaultProbeKey is the bytes of "leasectl" read as a big-endian int64
+// (0x6c6561736563746c): the key earlier probes took, which a session
+// stranded on a pooled server connection may still hold. It is in the
+// probe's range (IsProbeKey), where no role may be; the probe now takes a
+// random key of that range, never this one.
 const DefaultProbeKey int64 = 0x6c6561736563746c
 
 // ProbeKeyBase is the high half of every probe key: the bytes "leas". The

@@ -13,6 +13,18 @@ const (
 	DefaultStopTimeout       = 10 * time.Second
 )
 
+// Defaults of the commands that look at leases, each flag's in one place.
+const (
+	// DefaultTimeout bounds a connect and each database step (--timeout).
+	DefaultTimeout = DefaultHeartbeatTimeout
+	// DefaultTakeoverWait is how long failover and verify wait for a
+	// stand-by to take over (--wait).
+	DefaultTakeoverWait = 15 * time.Second
+	// DefaultStaleAfter is how long a holder may be idle before who and
+	// verify call it stale (--stale): three missed heartbeats.
+	DefaultStaleAfter = 3 * DefaultHeartbeatInterval
+)
+
 // KillReap is what a program's stop may take beyond its grace period: the
 // SIGKILL, and reaping the process group after it.
 const KillReap = 2 * time.Second

@@ -14,6 +14,7 @@ import (
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
+	"github.com/leasectl/leasectl/timing"
 )
 
 // Status is the outcome of one check.
@@ -123,13 +124,13 @@ func (r *Report) Passed() bool { return r.Count(Fail) == 0 }
 // cannot be read, or it is a standby (wrapping [locks.ErrStandby]).
 func Run(ctx context.Context, conn *pgx.Conn, o Options) (*Report, error) {
 	if o.StaleAfter <= 0 {
-		o.StaleAfter = 45 * time.Second
+		o.StaleAfter = timing.DefaultStaleAfter
 	}
 	if o.Within <= 0 {
-		o.Within = 15 * time.Second
+		o.Within = timing.DefaultTakeoverWait
 	}
 	if o.Timeout <= 0 {
-		o.Timeout = 5 * time.Second
+		o.Timeout = timing.DefaultTimeout
 	}
 	rctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
