@@ -22,10 +22,10 @@ import (
 // The probe's statements. Each says which backend and server ran it.
 const (
 	// firstSQL is A's first statement: the server and session, the probe
-	// key, how the server sees its client, and the settings and
-	// privileges the checks judge.
+	// key, taken twice (see recheckSQL), how the server sees its client,
+	// and the settings and privileges the checks judge.
 	firstSQL = `SELECT ` + dbconn.ServerColumns + `,
-       pg_try_advisory_lock($1),
+       pg_try_advisory_lock($1), pg_try_advisory_lock($1),
        inet_client_addr() IS NULL,
        coalesce(inet_client_port(), 0),
        current_setting('idle_session_timeout'), current_setting('statement_timeout'),
@@ -37,8 +37,10 @@ const (
        current_setting('is_superuser') = 'on' OR pg_has_role(current_user, 'pg_signal_backend', 'USAGE')`
 	// tryOnSQL is a contender's try for the key.
 	tryOnSQL = `SELECT pg_backend_pid(), ` + dbconn.IdentityColumns + `, pg_try_advisory_lock($1)`
-	// recheckSQL is A proving it still holds the key: it releases it (true
-	// only if its backend held it) and takes it again, in one statement.
+	// recheckSQL is A proving it still holds the key: it releases it once
+	// (true only if its backend held it) and takes it again, in one
+	// statement. A holds the key twice, so it never lets go of it: the
+	// contenders may try at the same moment.
 	recheckSQL = `SELECT pg_backend_pid(), ` + dbconn.IdentityColumns + `, released, pg_try_advisory_lock($1)
   FROM (SELECT pg_advisory_unlock($1) AS released OFFSET 0) s`
 	// releaseWaitSQL waits until the key %[3]d is free, takes it and
@@ -91,12 +93,14 @@ func (p *run) first(ctx context.Context) (firstResult, error) {
 	defer cancel()
 	var r firstResult
 	var set [7]string
-	dest := append(r.info.Dest(), &r.locked, &r.settings.ClientOnSocket, &r.settings.ClientPort,
+	var again bool
+	dest := append(r.info.Dest(), &r.locked, &again, &r.settings.ClientOnSocket, &r.settings.ClientPort,
 		&set[0], &set[1], &set[2], &set[3], &set[4], &set[5], &set[6],
 		&r.settings.Superuser, &r.settings.ReadAllStats, &r.settings.SignalBackend)
 	if err := p.a.QueryRow(ctx, firstSQL, p.opts.Key).Scan(dest...); err != nil {
 		return r, err
 	}
+	r.locked = r.locked && again
 	s := &r.settings
 	s.Timeouts = sessionTimeouts{
 		Idle:              gucDuration(set[0], time.Millisecond),
@@ -218,6 +222,8 @@ func (p *run) exclusion(ctx context.Context, first firstResult) Check {
 	}
 	e := &tries{p: p, f: f, home: home, pids: map[uint32]bool{}}
 	live := 0
+	// In each round every contender tries the key while A proves that it
+	// still holds it: A holds it twice, and never lets go of it.
 	for round := 1; round <= p.opts.Rounds && ctx.Err() == nil; round++ {
 		var wg sync.WaitGroup
 		for i, c := range p.contenders {
@@ -233,15 +239,15 @@ func (p *run) exclusion(ctx context.Context, first firstResult) Check {
 				e.try(ctx, i+1, c, round)
 			}()
 		}
+		e.recheck(ctx, round)
 		wg.Wait()
-		p.recheck(ctx, f, round)
 	}
 	after := 0
 	if p.proxied && f.empty() && ctx.Err() == nil {
 		after = p.sequential(ctx, e, p.opts.Rounds+1)
 		live += after
 		if after > 0 && f.empty() {
-			p.recheck(ctx, f, p.opts.Rounds+1)
+			e.recheck(ctx, p.opts.Rounds+1)
 		}
 	}
 	if f.any("shared", "took", "moved", "elsewhere") {
@@ -310,23 +316,26 @@ func (e *tries) try(ctx context.Context, n int, c *contender, round int) {
 	}
 }
 
-// recheck has A prove that it still holds the key, after round.
-func (p *run) recheck(ctx context.Context, f *findings, round int) {
+// recheck has A prove that it still holds the key, in round.
+func (e *tries) recheck(ctx context.Context, round int) {
+	p := e.p
 	sctx, cancel := p.step(ctx)
 	var o observation
 	var held, again bool
 	err := p.a.QueryRow(sctx, recheckSQL, p.opts.Key).Scan(&o.pid, &o.server.SystemID, &o.server.StartedAt, &o.server.InRecovery, &held, &again)
 	cancel()
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if err != nil {
-		f.note("connection A could not prove its hold: " + p.explain(err))
+		e.f.note("connection A could not prove its hold: " + p.explain(err))
 		return
 	}
 	p.observeA(o)
 	switch {
-	case o.pid != p.home().pid:
-		f.add("moved", 0, o.pid, round)
+	case o.pid != e.home.pid:
+		e.f.add("moved", 0, o.pid, round)
 	case !held:
-		f.add("released", 0, 0, round)
+		e.f.add("released", 0, 0, round)
 	}
 }
 
