@@ -222,8 +222,11 @@ func (p *run) exclusion(ctx context.Context, first firstResult) Check {
 	}
 	e := &tries{p: p, f: f, home: home, pids: map[uint32]bool{}}
 	live := 0
-	// In each round every contender tries the key while A proves that it
-	// still holds it: A holds it twice, and never lets go of it.
+	// In each round every contender tries the key, and A proves that it
+	// still holds it. A holds it twice and never lets go of it, so on a
+	// direct connection the two happen at the same moment; behind a proxy
+	// A waits for the tries, as a quiet transaction pooler then hands the
+	// contender A's own backend, and keeps every hold on it.
 	for round := 1; round <= p.opts.Rounds && ctx.Err() == nil; round++ {
 		var wg sync.WaitGroup
 		for i, c := range p.contenders {
@@ -238,6 +241,9 @@ func (p *run) exclusion(ctx context.Context, first firstResult) Check {
 				defer wg.Done()
 				e.try(ctx, i+1, c, round)
 			}()
+		}
+		if p.proxied {
+			wg.Wait()
 		}
 		e.recheck(ctx, round)
 		wg.Wait()
