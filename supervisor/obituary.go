@@ -319,6 +319,7 @@ func recordKilled(hello obituaryNote, terms []*obituaryTerm, died time.Time, con
 		}
 	}()
 	pending := terms
+	kept := conn != nil
 	for delay, until := 50*time.Millisecond, time.Now().Add(2*time.Minute); ; delay = min(2*delay, 2*time.Second) {
 		if conn == nil || conn.IsClosed() {
 			if conn != nil {
@@ -366,6 +367,16 @@ func recordKilled(hello obituaryNote, terms []*obituaryTerm, died time.Time, con
 		if len(pending) == 0 || !time.Now().Before(until) {
 			return failed
 		}
+		if kept {
+			// The kept connection failed (the server ended it since its
+			// last check): a new one at once.
+			kept = false
+			if conn != nil {
+				_ = conn.Close(context.Background())
+				conn = nil
+			}
+			continue
+		}
 		time.Sleep(delay)
 	}
 }
@@ -381,29 +392,46 @@ func obituaryLogger(hello obituaryNote, role string) *slog.Logger {
 // keptConn is the connection an obituary opens at once (KeepConnection),
 // ready when its process dies.
 type keptConn struct {
-	mu   sync.Mutex
-	conn *pgx.Conn
+	mu    sync.Mutex
+	conn  *pgx.Conn
+	taken bool
 }
 
-// keepConnection connects in the background; a failure leaves nothing kept,
-// and recordKilled connects then as without it.
+// keepAlive is how often the kept connection is checked, and opened again
+// when the server ended it (a restart, a switchover, a termination).
+const keepAlive = 5 * time.Second
+
+// keepConnection connects in the background and keeps a connection open
+// until take: it checks it every keepAlive and opens a new one when it
+// fails. Without one when the process dies, recordKilled connects as
+// without KeepConnection.
 func keepConnection(hello obituaryNote) *keptConn {
 	k := &keptConn{}
+	cfg, err := dbconn.Parse(hello.DSN, 5*time.Second)
+	if err != nil {
+		return k
+	}
+	cfg.RuntimeParams["application_name"] = hello.Keep
 	go func() {
-		cfg, err := dbconn.Parse(hello.DSN, 5*time.Second)
-		if err != nil {
-			return
+		// The check runs with k.mu held, so that take never hands over a
+		// connection in use; a take waits at most for one check.
+		for {
+			k.mu.Lock()
+			if k.taken {
+				k.mu.Unlock()
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if k.conn == nil || k.conn.Ping(ctx) != nil {
+				if k.conn != nil {
+					_ = k.conn.Close(ctx)
+				}
+				k.conn, _ = dbconn.Connect(ctx, cfg)
+			}
+			cancel()
+			k.mu.Unlock()
+			time.Sleep(keepAlive)
 		}
-		cfg.RuntimeParams["application_name"] = hello.Keep
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		conn, err := dbconn.Connect(ctx, cfg)
-		if err != nil {
-			return
-		}
-		k.mu.Lock()
-		k.conn = conn
-		k.mu.Unlock()
 	}()
 	return k
 }
@@ -416,6 +444,6 @@ func (k *keptConn) take() *pgx.Conn {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	c := k.conn
-	k.conn = nil
+	k.conn, k.taken = nil, true
 	return c
 }

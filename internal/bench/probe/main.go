@@ -5,9 +5,12 @@
 //	go run ./internal/bench/probe [-n 40]
 //
 // It starts its own lab (PostgreSQL + PgBouncer), prints medians, p90 and the
-// ratio of medians for the direct DSN and for the transaction pooler, and
-// stops the lab. Target: ratio ≤ 1.0. It also times the lease's reconnect
-// (lease.Run until it stands by), which runs the same probe.
+// ratio of medians for the direct DSN over TCP (SCRAM) and over the unix
+// socket (trust), and through the poolers, and stops the lab. Target: ratio
+// ≤ 1.0 on both direct rows. It also times the lease's reconnect (lease.Run
+// until it stands by), which runs the same probe, and where the fixed cost
+// goes: process start and exit, one connection and a second at once, the
+// probe in process, psql's statements.
 package main
 
 import (
@@ -23,6 +26,7 @@ import (
 	"github.com/leasectl/leasectl/internal/benchutil"
 	"github.com/leasectl/leasectl/lab"
 	"github.com/leasectl/leasectl/lease"
+	"github.com/leasectl/leasectl/probe"
 )
 
 // textbookProbe is the textbook session probe: each statement its own
@@ -81,7 +85,8 @@ func run(n int) error {
 		name, dsn string
 		code      int
 	}{
-		{"direct (TCP)", l.DirectDSN(), 0},
+		{"direct (TCP, SCRAM)", l.DirectDSN(), 0},
+		{"direct (socket, trust)", l.SocketDSN(), 0},
 		{"PgBouncer transaction", l.PoolerDSN("transaction"), 1},
 		{"PgBouncer session", l.PoolerDSN("session"), 0},
 	} {
@@ -168,7 +173,98 @@ func run(n int) error {
 	fmt.Printf("\n%-22s %12s %12s %12s %12s %8s\n", "lease (re)connect", "psql median", "lease median", "psql p90", "lease p90", "ratio")
 	fmt.Printf("%-22s %12s %12s %12s %12s %8s\n", "direct (TCP)", benchutil.Ms(a.Median), benchutil.Ms(b.Median), benchutil.Ms(a.P90), benchutil.Ms(b.P90), benchutil.Ratio(b.Median, a.Median))
 	fmt.Println("lease = lease.Run in-process from its start to standing by: lease and stop fence sessions open, the probe passed")
+
+	fmt.Printf("\nwhere the time goes, medians of %d alternating runs:\n", n)
+	for _, target := range []struct{ name, dsn string }{{"direct (TCP, SCRAM)", l.DirectDSN()}, {"direct (socket, trust)", l.SocketDSN()}} {
+		if err := breakdown(ctx, n, bin, psql, sqlFile, target.name, target.dsn); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// breakdown times the pieces of both commands on dsn, alternating: each
+// process started and ended with nothing to do (leasectl version, psql -V),
+// psql with one connection and no statement (-f /dev/null) and with the
+// textbook's six, the whole probe, the probe in process (probe.Run), and
+// one pgx connection in process alone and with a second opened at once, as
+// the probe opens its contender.
+func breakdown(ctx context.Context, n int, bin, psql, sqlFile, name, dsn string) error {
+	var lv, pv, pnull, ptext, probeProc, probeRun, alone, paired []time.Duration
+	for i := -3; i < n; i++ {
+		d1, _, err := benchutil.TimeProcess(ctx, []string{"NO_COLOR=1"}, bin, "version")
+		if err != nil {
+			return err
+		}
+		d2, _, err := benchutil.TimeProcess(ctx, nil, psql, "-V")
+		if err != nil {
+			return err
+		}
+		d3, code, err := benchutil.TimeProcess(ctx, nil, psql, "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", os.DevNull)
+		if err != nil || code != 0 {
+			return fmt.Errorf("psql -f %s: exit %d: %v", os.DevNull, code, err)
+		}
+		d4, code, err := benchutil.TimeProcess(ctx, nil, psql, "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", sqlFile)
+		if err != nil || code != 0 {
+			return fmt.Errorf("psql: exit %d: %v", code, err)
+		}
+		d5, code, err := benchutil.TimeProcess(ctx, []string{"NO_COLOR=1"}, bin, "probe", dsn)
+		if err != nil || code != 0 {
+			return fmt.Errorf("leasectl probe: exit %d: %v", code, err)
+		}
+		rep, err := probe.Run(ctx, probe.Options{ConnConfig: mustParse(dsn)})
+		if err != nil || rep.Verdict != probe.Stable {
+			return fmt.Errorf("probe.Run: %v", err)
+		}
+		d7, d8, err := connects(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		if i >= 0 {
+			lv, pv, pnull, ptext = append(lv, d1), append(pv, d2), append(pnull, d3), append(ptext, d4)
+			probeProc, probeRun = append(probeProc, d5), append(probeRun, rep.Elapsed)
+			alone, paired = append(alone, d7), append(paired, d8)
+		}
+	}
+	m := func(ds []time.Duration) time.Duration { return benchutil.Summarize(ds).Median }
+	fmt.Printf("\n%s\n", name)
+	fmt.Printf("  %-44s %8s   %-30s %8s\n", "leasectl", "median", "psql", "median")
+	fmt.Printf("  %-44s %8s   %-30s %8s\n", "process start and exit (leasectl version)", benchutil.Ms(m(lv)), "process start and exit (-V)", benchutil.Ms(m(pv)))
+	fmt.Printf("  %-44s %8s   %-30s %8s\n", "pgx connect in process, alone", benchutil.Ms(m(alone)), "one connection (-f /dev/null)", benchutil.Ms(m(pnull)))
+	fmt.Printf("  %-44s %8s   %-30s %8s\n", "pgx connect, with a second at once", benchutil.Ms(m(paired)), "", "")
+	fmt.Printf("  %-44s %8s   %-30s %8s\n", "probe.Run in process", benchutil.Ms(m(probeRun)), "", "")
+	fmt.Printf("  %-44s %8s   %-30s %8s\n", "leasectl probe", benchutil.Ms(m(probeProc)), "the textbook's six statements", benchutil.Ms(m(ptext)))
+	fmt.Printf("  %-44s %8s   %-30s %8s\n", "  outside probe.Run (probe − probe.Run)", benchutil.Ms(m(probeProc)-m(probeRun)), "  statements (six − none)", benchutil.Ms(m(ptext)-m(pnull)))
+	return nil
+}
+
+// connects times one connection on its own, then the first of two opened
+// at the same moment (the probe's A and its contender).
+func connects(ctx context.Context, dsn string) (alone, paired time.Duration, err error) {
+	cfg := mustParse(dsn)
+	start := time.Now()
+	c, err := dbconn.Connect(ctx, cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	alone = time.Since(start)
+	c.Close(ctx)
+	start = time.Now()
+	other := make(chan error, 1)
+	go func() {
+		c, err := dbconn.Connect(ctx, cfg)
+		if err == nil {
+			c.Close(ctx)
+		}
+		other <- err
+	}()
+	c, err = dbconn.Connect(ctx, cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	paired = time.Since(start)
+	c.Close(ctx)
+	return alone, paired, <-other
 }
 
 // timeStandBy measures lease.Run from its start until it stands by for key,
