@@ -455,12 +455,16 @@ func (gr *group) poll(ctx context.Context) error {
 // quota is how many of the free keys this replica keeps: up to its fair
 // share of the active roles; at its share, one every fifth poll (a role a
 // failover moved to it) and any every twentieth (replicas that serve other
-// roles).
+// roles); above it, none.
 func (gr *group) quota(active, mine, cands int) int {
 	fair := (active + max(gr.replicas, 1) - 1) / max(gr.replicas, 1)
 	switch {
 	case fair > mine:
 		return fair - mine
+	case mine > fair:
+		// Above its share (others just joined): it is stepping down from
+		// roles, and must not take those the others give up.
+		return 0
 	case gr.ticks%20 == 0:
 		return cands
 	case gr.ticks%5 == 0:
