@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/leasectl/leasectl/dbconn"
-	"github.com/leasectl/leasectl/errkind"
+	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/errkind"
 	"github.com/leasectl/leasectl/supervisor"
 	"github.com/spf13/cobra"
 )

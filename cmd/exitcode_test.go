@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/keys"
-	"github.com/leasectl/leasectl/lab"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"

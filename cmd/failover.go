@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/term"
+	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/locks"
-	"github.com/leasectl/leasectl/timing"
 	"github.com/spf13/cobra"
 )
 

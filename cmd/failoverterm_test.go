@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/lease"
-	"github.com/leasectl/leasectl/timing"
 )
 
 // termKeys writes a keys file with role poller on key.

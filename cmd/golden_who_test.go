@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/locks"
 )
 

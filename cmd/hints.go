@@ -5,8 +5,8 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/keys"
-	"github.com/leasectl/leasectl/lab"
 	"github.com/spf13/cobra"
 )
 

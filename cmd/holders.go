@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/charmbracelet/lipgloss"
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/locks"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/spf13/cobra"
 )
 

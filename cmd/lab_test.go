@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/internal/lab"
 )
 
 // TestLabUpEnvStatusDown drives the lab commands end to end, checks the

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/internal/pgtest"
-	"github.com/leasectl/leasectl/lab"
 )
 
 // testLab is shared by the tests of this package that need a database: the

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/internal/pgtest"
-	"github.com/leasectl/leasectl/lab"
 )
 
 // dsnWithPassword puts the lab's password into a DSN on purpose, so tests

@@ -8,7 +8,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/leasectl/leasectl/errkind"
+	"github.com/leasectl/leasectl/internal/errkind"
 )
 
 // errPromptInterrupted ends a command interrupted (Ctrl-C) at its

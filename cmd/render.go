@@ -10,7 +10,7 @@ import (
 	"github.com/leasectl/leasectl/internal/dur"
 
 	"github.com/charmbracelet/lipgloss"
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dbconn"
 )
 
 // Text pieces that several commands render alike: the server line, styles

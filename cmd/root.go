@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/supervisor"
-	"github.com/leasectl/leasectl/timing"
 	"github.com/spf13/cobra"
 )
 

@@ -15,10 +15,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/lease/leasehttp"
 	"github.com/leasectl/leasectl/supervisor"
-	"github.com/leasectl/leasectl/timing"
 	"github.com/spf13/cobra"
 )
 

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/procfile"
+	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/lease/leasehttp"
 	"github.com/leasectl/leasectl/supervisor"
-	"github.com/leasectl/leasectl/timing"
 )
 
 // groupRole is one line of the Procfile, resolved: its key from keys.yaml

@@ -113,4 +113,3 @@ func termLogValue(v slog.Value) string {
 }
 
 var _ slog.Handler = (*termLogHandler)(nil)
-

@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/timing"
+	"github.com/leasectl/leasectl/internal/verify"
 	"github.com/leasectl/leasectl/probe"
-	"github.com/leasectl/leasectl/timing"
-	"github.com/leasectl/leasectl/verify"
 	"github.com/spf13/cobra"
 )
 

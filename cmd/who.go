@@ -14,11 +14,11 @@ import (
 
 	"github.com/charmbracelet/lipgloss"
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/term"
+	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/locks"
-	"github.com/leasectl/leasectl/timing"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )

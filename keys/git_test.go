@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasectl/leasectl/errkind"
+	"github.com/leasectl/leasectl/internal/errkind"
 	"github.com/leasectl/leasectl/internal/gittest"
 )
 

@@ -1,6 +1,6 @@
 package keys
 
-import "github.com/leasectl/leasectl/errkind"
+import "github.com/leasectl/leasectl/internal/errkind"
 
 // Every error of this package is about its input (a keys file, a git ref,
 // the repository it lives in): errkind.Input.

@@ -4,9 +4,9 @@ import (
 	"os"
 	"testing"
 
+	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/internal/pgtest"
-	"github.com/leasectl/leasectl/lab"
 )
 
 // testLab is shared by the package's tests: a primary, a hot standby and

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/locks"
 )
@@ -27,7 +27,7 @@ import (
 // what work returned. When ctx ends while work runs, Run cancels work, waits
 // for it, releases the key and returns what work returned; when ctx ends
 // while standing by, it returns context.Cause(ctx). A *ConfigError or a
-// *dbconn.DSNError is returned at once. Failures to connect, refusals and
+// *DSNError is returned at once. Failures to connect, refusals and
 // losses are not returned: Run logs them and keeps trying.
 func Run(ctx context.Context, cfg Config, work func(ctx context.Context) error) error {
 	c, err := cfg.withDefaults()

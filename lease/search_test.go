@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dbconn"
 )
 
 // TestHostConfigs: the search watches each distinct host of a DSN once,

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/leasectl/leasectl/internal/term"
-	"github.com/leasectl/leasectl/timing"
+	"github.com/leasectl/leasectl/internal/timing"
 )
 
 // Session describes the lease that work runs under; work finds it with

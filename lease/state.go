@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/leasectl/leasectl/internal/dbconn"
 )
 
 // State is where a lease is in its life.
@@ -56,6 +58,10 @@ func (e *LostError) Error() string { return fmt.Sprintf("lease lost: %v", e.Err)
 
 // Unwrap returns why the lease was lost.
 func (e *LostError) Unwrap() error { return e.Err }
+
+// DSNError is the error Run returns for a DSN it cannot parse; its message
+// never shows the DSN's password.
+type DSNError = dbconn.DSNError
 
 // ErrResigned is the cause of work's context when the leader was asked to
 // step down (`leasectl failover` without --force): it stops work, releases

@@ -14,8 +14,8 @@ import (
 	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/internal/term"
+	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/lease"
-	"github.com/leasectl/leasectl/timing"
 )
 
 // stopDelay is how long the work of a fleet takes to return once its

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/dbconn"
-	"github.com/leasectl/leasectl/timing"
+	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/timing"
 )
 
 // Name is how messages name the lease: its role, else "key K"; a presence

@@ -1,6 +1,6 @@
 package locks
 
-import "github.com/leasectl/leasectl/errkind"
+import "github.com/leasectl/leasectl/internal/errkind"
 
 // Is makes a PermissionError of kind errkind.Unavailable: the server
 // refused the request.

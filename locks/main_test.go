@@ -4,8 +4,8 @@ import (
 	"os"
 	"testing"
 
+	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/internal/pgtest"
-	"github.com/leasectl/leasectl/lab"
 )
 
 var testLab *lab.Lab

@@ -7,7 +7,7 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/errkind"
+	"github.com/leasectl/leasectl/internal/errkind"
 )
 
 // A graceful handover: `leasectl failover` asks the leader to step down

@@ -14,9 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/locks"
-	"github.com/leasectl/leasectl/timing"
 )
 
 // The probe's statements. Each says which backend and server ran it.

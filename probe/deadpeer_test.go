@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/probe"
-	"github.com/leasectl/leasectl/timing"
 )
 
 // serverTCP reads back the keepalive settings the lab's server applies to

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/internal/pgtest"
-	"github.com/leasectl/leasectl/lab"
 )
 
 var testLab *lab.Lab

@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/leasectl/leasectl/dbconn"
-	"github.com/leasectl/leasectl/errkind"
+	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/errkind"
 	"github.com/leasectl/leasectl/locks"
 )
 

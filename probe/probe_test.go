@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/dbconn"
-	"github.com/leasectl/leasectl/errkind"
-	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/errkind"
+	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
 )

@@ -1,6 +1,6 @@
 package supervisor
 
-import "github.com/leasectl/leasectl/errkind"
+import "github.com/leasectl/leasectl/internal/errkind"
 
 // Is makes a StartError of kind errkind.Input: the program cannot be run
 // as given.

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/internal/pgtest"
-	"github.com/leasectl/leasectl/lab"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/supervisor"
 )

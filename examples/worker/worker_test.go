@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/internal/pgtest"
-	"github.com/leasectl/leasectl/lab"
 )
 
 var testLab *lab.Lab

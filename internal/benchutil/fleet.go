@@ -17,8 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/internal/leasetest"
-	"github.com/leasectl/leasectl/lab"
 )
 
 // ChildScript is the program the benchmarks run under a lease: it reports

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/pgtest"
-	"github.com/leasectl/leasectl/timing"
+	"github.com/leasectl/leasectl/internal/timing"
 )
 
 // holdSession is the client of TestDeadPeerTime, run inside the network

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/internal/pgtest"
-	"github.com/leasectl/leasectl/lab"
 )
 
 // full selects the full suite; without it the tests run the bounded version

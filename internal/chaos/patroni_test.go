@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/dbconn"
 	"github.com/leasectl/leasectl/internal/benchutil"
+	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/internal/leasetest"
-	"github.com/leasectl/leasectl/lab"
 )
 
 // haLab is the Patroni lab of the HA scenarios (etcd, two Patroni nodes,

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/internal/lab"
 )
 
 // TestingM is the part of *testing.M that RunMain needs; a test can pass

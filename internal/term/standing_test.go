@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/locks"
-	"github.com/leasectl/leasectl/timing"
 )
 
 // TestHealthByTheRecord: a lease healthy by its locks is healthy by the

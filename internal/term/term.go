@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/leasectl/leasectl/timing"
+	"github.com/leasectl/leasectl/internal/timing"
 )
 
 // How a term ended, as the history records it.

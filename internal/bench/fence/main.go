@@ -29,8 +29,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/dbconn"
-	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/lease"
 )
 

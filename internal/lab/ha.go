@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/errkind"
+	"github.com/leasectl/leasectl/internal/errkind"
 	"go.yaml.in/yaml/v3"
 )
 

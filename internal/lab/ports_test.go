@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/internal/lab"
 )
 
 // TestLabReservesItsPorts: a running lab has its ports recorded in the

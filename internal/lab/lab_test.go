@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/dbconn"
-	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/lab"
 )
 
 func psqlPath(t *testing.T) string {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/dbconn"
-	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/lab"
 )
 
 // serverOf connects to dsn and returns the port of the server that answers

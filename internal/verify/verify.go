@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/dur"
 	"github.com/leasectl/leasectl/internal/term"
+	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
-	"github.com/leasectl/leasectl/timing"
 )
 
 // Status is the outcome of one check.

@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/leasectl/leasectl/errkind"
+	"github.com/leasectl/leasectl/internal/errkind"
 )
 
 // PoolMode is a PgBouncer pool_mode.

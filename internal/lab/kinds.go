@@ -1,6 +1,6 @@
 package lab
 
-import "github.com/leasectl/leasectl/errkind"
+import "github.com/leasectl/leasectl/internal/errkind"
 
 // Is makes a MissingBinaryError of kind errkind.Unavailable: the servers
 // cannot be started on this machine as it is.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/internal/lab"
 )
 
 // TestTwin starts a lab whose front doors need the twin (HAProxy leastconn

@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/dbconn"
+	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/internal/verify"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
-	"github.com/leasectl/leasectl/verify"
 )
 
 func parse(t *testing.T, dsn string) *pgx.ConnConfig {

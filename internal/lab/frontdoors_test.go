@@ -13,8 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/leasectl/leasectl/dbconn"
-	"github.com/leasectl/leasectl/lab"
+	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/lab"
 )
 
 func connectT(ctx context.Context, t *testing.T, dsn string) *pgx.Conn {
