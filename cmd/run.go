@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -149,18 +150,8 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		return &InputError{Err: fmt.Errorf("cannot run %q: %w (give a path or a program on $PATH; CMD runs without a shell)", opts.Command[0], err)}
 	}
 	errOut := lockedWriter(app.IO.ErrOut)
-	cfg := lease.Config{
-		Role: role, Key: key,
-		RetryInterval:     opts.RetryInterval,
-		HeartbeatInterval: opts.HeartbeatInterval,
-		HeartbeatTimeout:  opts.HeartbeatTimeout,
-		// The program's stop takes up to --grace, then SIGKILL and reaping.
-		StopTimeout:     timing.CommandStop(opts.Grace),
-		TakeoverDelay:   opts.TakeoverDelay,
-		HistoryKeep:     opts.Keep,
-		Fencing:         opts.Fence,
-		ApplicationName: lease.DefaultApplicationName("leasectl run", roleName(role, key)),
-	}
+	cfg := opts.leaseConfig(roleName(role, key))
+	cfg.Role, cfg.Key = role, key
 	metrics := leasehttp.New(role, key, leasehttp.HealthWindow(cfg, opts.Grace))
 	// Every log record of the lease and the program is a sign of life for
 	// /healthz: while the database is down, the retries only log.
@@ -172,13 +163,11 @@ func runRun(ctx context.Context, opts *runOptions) error {
 	if err != nil {
 		return err
 	}
-	if opts.MetricsAddr != "" {
-		stopMetrics, err := leasehttp.Serve(opts.MetricsAddr, metrics.Handler(), logger)
-		if err != nil {
-			return &InputError{Err: fmt.Errorf("cannot serve metrics on --metrics-addr %s: %w", opts.MetricsAddr, err)}
-		}
-		defer stopMetrics()
+	stopMetrics, err := opts.serveMetrics(metrics.Handler(), logger)
+	if err != nil {
+		return err
 	}
+	defer stopMetrics()
 
 	if app.OwnProcess {
 		// As a container's PID 1, every orphan in the container is ours
@@ -195,18 +184,9 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		Logger:    logger.With("role", roleName(role, key), "key", key),
 		OnStart:   metrics.OnStart,
 	}
-	if app.OwnProcess && supervisor.Support() == nil {
-		// The obituary records the end of this replica's term should it be
-		// killed (SIGKILL), once the program is gone: the next leader then
-		// need not wait for the term's deadline.
-		if self, err := os.Executable(); err != nil {
-			logger.Warn("no obituary process: if leasectl is killed, the next leader waits for the term's deadline", "err", err.Error())
-		} else if obit, err := supervisor.StartObituary(self, nil, connCfg.ConnString(), roleName(role, key), opts.LogFormat); err != nil {
-			logger.Warn("no obituary process: if leasectl is killed, the next leader waits for the term's deadline", "err", err.Error())
-		} else {
-			proc.Obituary = obit
-			defer obit.Close()
-		}
+	if obit := opts.startObituary(connCfg.ConnString(), roleName(role, key), logger); obit != nil {
+		proc.Obituary = obit
+		defer obit.Close()
 	}
 	if !app.IO.InTTY {
 		// In its own process group CMD cannot read a terminal (SIGTTIN).
@@ -231,6 +211,56 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		return nil // stopped while standing by
 	}
 	return err
+}
+
+// leaseConfig is the lease configuration the run flags give, for a lease
+// (or group) whose sessions are named "leasectl run NAME@HOST".
+func (o *runOptions) leaseConfig(name string) lease.Config {
+	return lease.Config{
+		RetryInterval:     o.RetryInterval,
+		HeartbeatInterval: o.HeartbeatInterval,
+		HeartbeatTimeout:  o.HeartbeatTimeout,
+		// The program's stop takes up to --grace, then SIGKILL and reaping.
+		StopTimeout:     timing.CommandStop(o.Grace),
+		TakeoverDelay:   o.TakeoverDelay,
+		HistoryKeep:     o.Keep,
+		Fencing:         o.Fence,
+		ApplicationName: lease.DefaultApplicationName("leasectl run", name),
+	}
+}
+
+// serveMetrics serves h at --metrics-addr, when given.
+func (o *runOptions) serveMetrics(h http.Handler, logger *slog.Logger) (stop func(), err error) {
+	if o.MetricsAddr == "" {
+		return func() {}, nil
+	}
+	stop, err = leasehttp.Serve(o.MetricsAddr, h, logger)
+	if err != nil {
+		return nil, &InputError{Err: fmt.Errorf("cannot serve metrics on --metrics-addr %s: %w", o.MetricsAddr, err)}
+	}
+	return stop, nil
+}
+
+// startObituary starts the obituary, which records the ends of this
+// process's terms should it be killed (SIGKILL), once its programs are
+// gone: the next leaders then need not wait for the terms' deadlines. Nil
+// (and a warning) when there can be none.
+func (o *runOptions) startObituary(connString, name string, logger *slog.Logger, opts ...supervisor.ObituaryOption) *supervisor.Obituary {
+	if !o.app.OwnProcess || supervisor.Support() != nil {
+		return nil
+	}
+	const warn = "no obituary process: if leasectl is killed, the next leader waits for the term's deadline"
+	self, err := os.Executable()
+	if err != nil {
+		logger.Warn(warn, "err", err.Error())
+		return nil
+	}
+	obit, err := supervisor.StartObituary(self, nil, connString, name, o.LogFormat, opts...)
+	if err != nil {
+		logger.Warn(warn, "err", err.Error())
+		return nil
+	}
+	return obit
 }
 
 // roleName is how the lease names itself: the role, else "key N".

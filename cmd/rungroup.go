@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/procfile"
-	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/lease/leasehttp"
 	"github.com/leasectl/leasectl/supervisor"
@@ -84,16 +83,7 @@ func runGroup(ctx context.Context, opts *runOptions) error {
 	}
 	name := filepath.Base(opts.Procfile)
 	errOut := lockedWriter(app.IO.ErrOut)
-	cfg := lease.Config{
-		RetryInterval:     opts.RetryInterval,
-		HeartbeatInterval: opts.HeartbeatInterval,
-		HeartbeatTimeout:  opts.HeartbeatTimeout,
-		StopTimeout:       timing.CommandStop(opts.Grace),
-		TakeoverDelay:     opts.TakeoverDelay,
-		HistoryKeep:       opts.Keep,
-		Fencing:           opts.Fence,
-		ApplicationName:   lease.DefaultApplicationName("leasectl run", name),
-	}
+	cfg := opts.leaseConfig(name)
 	set := leasehttp.NewSet(leasehttp.HealthWindow(cfg, opts.Grace))
 	// Every log record is a sign of life for /healthz, as in a single run.
 	logger := slog.New(set.LogHandler(newRunLogger(errOut, opts.LogFormat, app).Handler()))
@@ -102,27 +92,20 @@ func runGroup(ctx context.Context, opts *runOptions) error {
 	if err != nil {
 		return err
 	}
-	if opts.MetricsAddr != "" {
-		stopMetrics, err := leasehttp.Serve(opts.MetricsAddr, set.Handler(), logger)
-		if err != nil {
-			return &InputError{Err: fmt.Errorf("cannot serve metrics on --metrics-addr %s: %w", opts.MetricsAddr, err)}
-		}
-		defer stopMetrics()
+	stopMetrics, err := opts.serveMetrics(set.Handler(), logger)
+	if err != nil {
+		return err
 	}
+	defer stopMetrics()
 	if app.OwnProcess {
 		defer supervisor.ReapAsInit()()
 	}
-	var obit *supervisor.Obituary
-	if app.OwnProcess {
-		if self, err := os.Executable(); err != nil {
-			logger.Warn("no obituary process: if leasectl is killed, the next leaders wait for their terms' deadlines", "err", err.Error())
-		} else if obit, err = supervisor.StartObituary(self, nil, connCfg.ConnString(), name, opts.LogFormat,
-			supervisor.KeepConnection(cmp.Or(connCfg.RuntimeParams["application_name"], cfg.ApplicationName))); err != nil {
-			logger.Warn("no obituary process: if leasectl is killed, the next leaders wait for their terms' deadlines", "err", err.Error())
-			obit = nil
-		} else {
-			defer obit.Close()
-		}
+	// One obituary for every role, with a connection kept ready: the
+	// next leaders of many roles wait for it.
+	obit := opts.startObituary(connCfg.ConnString(), name, logger,
+		supervisor.KeepConnection(cmp.Or(connCfg.RuntimeParams["application_name"], cfg.ApplicationName)))
+	if obit != nil {
+		defer obit.Close()
 	}
 	g := lease.Group{Config: cfg, Name: name}
 	var all procs
