@@ -266,7 +266,7 @@ func TestHostileDSNs(t *testing.T) {
 			// connection and never completed the login.
 			want := func(command string) expect {
 				if command == "probe" && strings.HasPrefix(tc.name, "silent server") {
-					return unreachable("connect to "+silent+": it accepted the connection but did not complete the login within 1s")
+					return unreachable("connect to " + silent + ": it accepted the connection but did not complete the login within 1s")
 				}
 				return tc.want
 			}
