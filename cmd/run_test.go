@@ -400,7 +400,14 @@ type replica struct {
 func (f *runFixture) startReplica(dsn string, flags ...string) *replica {
 	f.t.Helper()
 	args := append(append([]string{"run", "--role", "poller", "--retry-interval", "100ms", "-o", "json"}, flags...), "--")
-	cmd := exec.Command(f.leasectl, append(args, f.witnessArgs()...)...)
+	return f.startLeasectl(dsn, append(args, f.witnessArgs()...)...)
+}
+
+// startLeasectl starts the leasectl binary with args, the DSN and f's
+// keys file, logging to its replica's buffer; the test's end kills it.
+func (f *runFixture) startLeasectl(dsn string, args ...string) *replica {
+	f.t.Helper()
+	cmd := exec.Command(f.leasectl, args...)
 	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+dsn, "LEASECTL_KEYS="+f.keys)
 	r := &replica{cmd: cmd, log: &leasetest.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = r.log

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -43,22 +42,7 @@ func newGroupFixture(t *testing.T, base int64, roles ...string) *groupFixture {
 
 func (f *groupFixture) startGroup(name string) *replica {
 	f.t.Helper()
-	cmd := exec.Command(f.leasectl, "run", "--procfile", f.procfile, "--retry-interval", "100ms", "-o", "json")
-	cmd.Env = append(os.Environ(), "LEASECTL_DSN="+needLab(f.t).DirectDSN()+"&application_name="+name, "LEASECTL_KEYS="+f.keys)
-	r := &replica{cmd: cmd, log: &leasetest.Buffer{}, exited: make(chan struct{})}
-	cmd.Stderr = r.log
-	if err := cmd.Start(); err != nil {
-		f.t.Fatal(err)
-	}
-	go func() {
-		defer close(r.exited)
-		r.err = cmd.Wait()
-	}()
-	f.t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-r.exited
-	})
-	return r
+	return f.startLeasectl(needLab(f.t).DirectDSN()+"&application_name="+name, "run", "--procfile", f.procfile, "--retry-interval", "100ms", "-o", "json")
 }
 
 // sessionsOf counts the server sessions named name.
