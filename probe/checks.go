@@ -89,7 +89,7 @@ type serverSettings struct {
 }
 
 func (p *run) first(ctx context.Context) (firstResult, error) {
-	ctx, cancel := p.step(ctx)
+	sctx, cancel := p.step(ctx)
 	defer cancel()
 	var r firstResult
 	var set [7]string
@@ -97,7 +97,13 @@ func (p *run) first(ctx context.Context) (firstResult, error) {
 	dest := append(r.info.Dest(), &r.locked, &again, &r.settings.ClientOnSocket, &r.settings.ClientPort,
 		&set[0], &set[1], &set[2], &set[3], &set[4], &set[5], &set[6],
 		&r.settings.Superuser, &r.settings.ReadAllStats, &r.settings.SignalBackend)
-	if err := p.a.QueryRow(ctx, firstSQL, p.opts.Key).Scan(dest...); err != nil {
+	if err := p.a.QueryRow(sctx, firstSQL, p.opts.Key).Scan(dest...); err != nil {
+		// Interrupted, the statement may have run and its result been
+		// lost. A timeout is a pool's wait or a dead server, where it
+		// did not run (checking would wait as long again).
+		if ctx.Err() != nil {
+			p.mayHaveTaken()
+		}
 		return r, err
 	}
 	r.locked = r.locked && again
@@ -306,6 +312,7 @@ func (e *tries) try(ctx context.Context, n int, c *contender, round int) {
 		e.f.add("starved", n, 0, round)
 		c.conn.Close(context.Background())
 	case err != nil:
+		p.mayHaveTaken()
 		e.f.note(fmt.Sprintf("contender %d: %s", n, p.explain(err)))
 	default:
 		p.sawPID(o.pid)
@@ -583,6 +590,7 @@ func (p *run) releaseOnContender(ctx context.Context) Check {
 	var o observation
 	var took bool
 	if err := holder.conn.QueryRow(sctx, tryOnSQL, p.opts.Key).Scan(&o.pid, &o.server.SystemID, &o.server.StartedAt, &o.server.InRecovery, &took); err != nil {
+		p.mayHaveTaken()
 		return fail(CheckRelease, Liveness, "a contender could not take the key over from A: "+p.explain(err))
 	}
 	p.sawPID(o.pid)
@@ -692,6 +700,7 @@ func (p *run) liveContender() *pgx.Conn {
 // later statement may not reach the backend that holds it: then it sweeps
 // (see sweep) and reports what is still left, reading pg_locks.
 func (p *run) cleanup(ctx context.Context) Check {
+	p.contendersReady() // A's first statement may have ended before they connected
 	released := 0
 	var problems []string
 	holders := p.mayHoldKey()
@@ -707,7 +716,7 @@ func (p *run) cleanup(ctx context.Context) Check {
 	// Where a connection that held the key closed and nothing saw the key
 	// free afterwards, where one lost it, or where connections share
 	// backends, only pg_locks can say what is left.
-	verify := p.multiplexed || lost || (p.aClosed && !p.releaseFree)
+	verify := p.multiplexed || lost || (p.aClosed && !p.releaseFree) || p.unsure
 	checked := false
 	if verify {
 		conn := p.anyLive()
@@ -783,7 +792,9 @@ func (p *run) leftovers(ctx context.Context, conn *pgx.Conn) (stranded []uint32,
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, pid := range holders {
-		if p.pids[pid] {
+		// A key the probe picked at random is held by nobody else, so
+		// after a statement whose result was lost every holder is ours.
+		if p.pids[pid] || (p.unsure && p.randomKey) {
 			stranded = append(stranded, pid)
 		}
 	}
@@ -797,6 +808,9 @@ func (p *run) leftovers(ctx context.Context, conn *pgx.Conn) (stranded []uint32,
 func (p *run) sweep(ctx context.Context) {
 	p.mu.Lock()
 	n := len(p.pids) + 1
+	if p.unsure {
+		n++ // the backend whose statement's result was lost
+	}
 	p.mu.Unlock()
 	var conns []*pgx.Conn
 	if p.a != nil && !p.a.IsClosed() {

@@ -264,7 +264,7 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	}
 	o := opts.withDefaults()
 	start := time.Now()
-	p := &run{opts: o, target: dbconn.Addrs(&o.ConnConfig.Config)}
+	p := &run{opts: o, target: dbconn.Addrs(&o.ConnConfig.Config), randomKey: opts.Key == 0}
 	rep = &Report{Strict: o.Strict, Target: p.target, User: o.ConnConfig.User, Database: o.ConnConfig.Database, Key: o.Key}
 
 	if err := p.connectAll(ctx); err != nil {
@@ -379,6 +379,11 @@ type run struct {
 	// firstFailed: A's first statement, which takes the key, did not
 	// complete, and A's connection is closed.
 	firstFailed bool
+	// unsure: a statement that takes the key failed or was interrupted
+	// without its result, so the key may be held by a backend the probe
+	// never saw (a pooled one, after its client left). randomKey: the
+	// probe picked the key itself, so no one else holds it.
+	unsure, randomKey bool
 	// releaseFree: the release check saw the key free after the
 	// connection that held it closed.
 	releaseFree bool
@@ -492,6 +497,14 @@ func (p *run) contenderConns() []*pgx.Conn {
 
 func (p *run) step(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, p.opts.Timeout)
+}
+
+// mayHaveTaken records that a statement that takes the key ended without
+// its result (see run.unsure).
+func (p *run) mayHaveTaken() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.unsure = true
 }
 
 func (p *run) sawPID(pid uint32) {
