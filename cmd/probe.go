@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/dur"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
 	"github.com/spf13/cobra"
@@ -119,7 +121,18 @@ func runProbe(ctx context.Context, opts *probeOptions) error {
 	if err != nil {
 		return err
 	}
+	// On a terminal the probe shows what it waits for, and counts down
+	// an --idle wait: the one long pause.
+	var idleUntil atomic.Int64
+	stopWaiting := app.waitingFor(func(waited time.Duration) string {
+		if until := idleUntil.Load(); until != 0 {
+			left := time.Until(time.Unix(0, until)).Round(time.Second)
+			return fmt.Sprintf("connection A idle, holding the probe key: %s left of --idle %s", fmtAge(left), opts.Idle)
+		}
+		return fmt.Sprintf("probing %s %s", connTarget(cfg), fmtAge(waited))
+	})
 	rep, err := probe.Run(ctx, probe.Options{
+		OnIdle:            func(until time.Time) { idleUntil.Store(until.UnixNano()) },
 		ConnConfig:        cfg,
 		Key:               opts.Key,
 		Contenders:        opts.Contenders,
@@ -130,6 +143,7 @@ func runProbe(ctx context.Context, opts *probeOptions) error {
 		HeartbeatTimeout:  opts.HBTimeout,
 		Strict:            opts.Strict,
 	})
+	stopWaiting()
 	if err != nil {
 		return err
 	}
@@ -219,11 +233,11 @@ func renderProbe(app *App, rep *probe.Report) {
 		// at column 25, and wraps under itself.
 		fmt.Fprintf(w, "  %s %-20s %s\n", mark, label, wrapIndented(25, termSafe(c.Detail), width))
 	}
-	elapsed := strconv.FormatFloat(rep.ElapsedMS, 'f', 1, 64) + " ms"
+	elapsed := dur.Format(rep.Elapsed)
 	if rep.Verdict == probe.Stable {
 		note := ""
 		if warnings > 0 {
-			note = fmt.Sprintf(", %d warning(s)", warnings)
+			note = ", " + plural(warnings, "warning")
 		}
 		fmt.Fprintf(w, "%s  %s\n", st.OK.Render("STABLE"), wrapIndented(8, fmt.Sprintf("a session-level advisory lock gives mutual exclusion over this DSN (%s%s)", elapsed, note), width))
 		return

@@ -1,7 +1,6 @@
 package cmd
 
 import (
-	"fmt"
 	"os"
 	"sync"
 	"time"
@@ -18,6 +17,12 @@ const spinAfter = 250 * time.Millisecond
 // erases it. Piped, or with -o json, it shows nothing: the wait is in the
 // exit status and the output that follows.
 func (a *App) waiting(what string) (stop func()) {
+	return a.waitingFor(func(waited time.Duration) string { return what + " " + fmtAge(waited) })
+}
+
+// waitingFor is waiting with a text that changes as the wait goes on:
+// say gets the time waited so far and returns the whole line.
+func (a *App) waitingFor(say func(waited time.Duration) string) (stop func()) {
 	f, ok := a.IO.ErrOut.(*os.File)
 	if !ok || !a.IO.ErrTTY || a.Getenv("TERM") == "dumb" {
 		return func() {}
@@ -25,9 +30,9 @@ func (a *App) waiting(what string) (stop func()) {
 	began := time.Now()
 	s := spinner.New(spinner.CharSets[14], 100*time.Millisecond, spinner.WithWriterFile(f), spinner.WithHiddenCursor(false))
 	s.PreUpdate = func(s *spinner.Spinner) {
-		s.Suffix = fmt.Sprintf(" %s %s", termSafe(what), fmtAge(time.Since(began)))
+		s.Suffix = " " + termSafe(say(time.Since(began)))
 	}
-	s.Suffix = " " + termSafe(what)
+	s.Suffix = " " + termSafe(say(0))
 	var mu sync.Mutex
 	stopped := false
 	t := time.AfterFunc(spinAfter, func() {

@@ -127,3 +127,26 @@ func TestWaitsShowThemselvesOnATerminal(t *testing.T) {
 		t.Errorf("piped: exit %d, stderr:\n%s", piped.Code, piped.Stderr)
 	}
 }
+
+// TestProbeIdleCountsDownOnATerminal: `probe --idle` shows, on a terminal,
+// the idle wait it is in and how long is left; piped, it shows nothing
+// beyond the report.
+func TestProbeIdleCountsDownOnATerminal(t *testing.T) {
+	dsn := needLab(t).DirectDSN()
+	master, slave := openPTY(t, 100)
+	var got bytes.Buffer
+	read := make(chan struct{})
+	go func() { _, _ = io.Copy(&got, master); close(read) }()
+	app := &App{IO: fileStreams(slave, slave, slave), Getenv: func(string) string { return "" }}
+	code := Run(context.Background(), app, []string{"probe", "--idle", "2s", dsn})
+	slave.Close()
+	<-read
+	out := got.String()
+	if code != ExitOK || !strings.Contains(out, "connection A idle, holding the probe key: ") || !strings.Contains(out, "left of --idle 2s") {
+		t.Errorf("on a terminal: exit %d, output:\n%q", code, out)
+	}
+	piped := runCLI(t, nil, "probe", "--idle", "1s", dsn)
+	if piped.Code != ExitOK || strings.Contains(piped.Stdout+piped.Stderr, "holding the probe key:") || strings.Contains(piped.Stdout+piped.Stderr, "probing ") {
+		t.Errorf("piped: exit %d:\n%s%s", piped.Code, piped.Stdout, piped.Stderr)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/dur"
 	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/locks"
 )
@@ -514,6 +515,9 @@ func intList(ns []int) string {
 func (p *run) idleSurvival(ctx context.Context) Check {
 	idle := p.opts.Idle
 	t := time.NewTimer(idle)
+	if p.opts.OnIdle != nil {
+		p.opts.OnIdle(time.Now().Add(idle))
+	}
 	select {
 	case <-ctx.Done():
 		t.Stop()
@@ -625,10 +629,10 @@ func (p *run) releaseSeen(ctx context.Context, checker *pgx.Conn, closed time.Ti
 		p.sawPID(o.pid)
 		p.aLocked = false
 		p.releaseFree = true
-		return pass(CheckRelease, fmt.Sprintf("the key was free %s after %s closed: the lock died with its connection", roundDuration(waited), what))
+		return pass(CheckRelease, fmt.Sprintf("the key was free %s after %s closed: the lock died with its connection", dur.Format(waited), what))
 	case sqlState(err) == "55P03":
 		p.multiplexed = true // the key sits on a pooled server connection: sweep it
-		return fail(CheckRelease, Safety, fmt.Sprintf("the key stayed held for %s after %s, which held it, closed: its server session outlived it, so a dead leader's lock would pass to whichever client gets that server connection next; %s", roundDuration(waited), what, p.resetAdvice()))
+		return fail(CheckRelease, Safety, fmt.Sprintf("the key stayed held for %s after %s, which held it, closed: its server session outlived it, so a dead leader's lock would pass to whichever client gets that server connection next; %s", dur.Format(waited), what, p.resetAdvice()))
 	case ctx.Err() != nil:
 		return info(CheckRelease, "interrupted")
 	default:

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/dur"
 	"github.com/leasectl/leasectl/internal/errkind"
 	"github.com/leasectl/leasectl/locks"
 )
@@ -122,6 +123,10 @@ type Options struct {
 	// key and then checks that its session survived: proxies and load
 	// balancers cut idle connections (HAProxy's timeout client).
 	Idle time.Duration
+	// OnIdle, when set, is called as connection A begins its Idle wait,
+	// with the time the wait ends: the probe's one long pause, which a
+	// command may show.
+	OnIdle func(until time.Time)
 	// Strict makes warnings refuse the DSN too.
 	Strict bool
 }
@@ -295,7 +300,7 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 		return nil, err
 	}
 
-	connected := fmt.Sprintf("connected to %s in %s as %s", rep.Target, roundDuration(p.connectTime), o.ConnConfig.User)
+	connected := fmt.Sprintf("connected to %s in %s as %s", rep.Target, dur.Format(p.connectTime), o.ConnConfig.User)
 	if p.borrowedA {
 		connected = fmt.Sprintf("connected to %s as %s (connection A is the lease's own session)", rep.Target, o.ConnConfig.User)
 	}
@@ -546,17 +551,6 @@ func (p *run) explain(err error) string {
 		return fmt.Sprintf("%v: the server's statement_timeout (from the DSN's options, or set for the role or database) is shorter than this statement", err)
 	}
 	return err.Error()
-}
-
-func roundDuration(d time.Duration) time.Duration {
-	switch {
-	case d > time.Second:
-		return d.Round(10 * time.Millisecond)
-	case d > time.Millisecond:
-		return d.Round(100 * time.Microsecond)
-	default:
-		return d.Round(time.Microsecond)
-	}
 }
 
 func itoa(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
