@@ -234,10 +234,7 @@ func readHistory(ctx context.Context, opts *historyOptions, conn *pgx.Conn, rk r
 
 // name is how the text names what is shown: the role, else "key N".
 func (v *historyView) name() string {
-	if v.role != "" {
-		return v.role
-	}
-	return "key " + strconv.FormatInt(v.key, 10)
+	return locks.RoleName(v.role, locks.BigintKey(v.key))
 }
 
 // lasted is how long t lasted, or has lasted so far when it is live.

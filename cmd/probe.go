@@ -192,18 +192,18 @@ func probeJSONOf(rep *probe.Report) probeJSON {
 }
 
 var probeLabels = map[string]string{
-	probe.CheckConnect:    "connect",
-	probe.CheckPrimary:    "primary",
-	probe.CheckContinuity: "session continuity",
-	probe.CheckExclusion:  "exclusion",
-	probe.CheckIdleCut:    "idle survival",
-	probe.CheckRelease:    "release",
-	probe.CheckPgPool:     "pgpool-II",
-	probe.CheckProxy:      "proxy",
-	probe.CheckIdle:       "idle sessions",
-	probe.CheckDeadPeer:   "dead-peer detection",
-	probe.CheckPrivileges: "privileges",
-	probe.CheckCleanup:    "cleanup",
+	probe.CheckConnect:            "connect",
+	probe.CheckPrimary:            "primary",
+	probe.CheckContinuity:         "session continuity",
+	probe.CheckExclusion:          "exclusion",
+	probe.CheckIdleSurvival:       "idle survival",
+	probe.CheckRelease:            "release",
+	probe.CheckPgPool:             "pgpool-II",
+	probe.CheckProxy:              "proxy",
+	probe.CheckIdleSessionTimeout: "idle sessions",
+	probe.CheckDeadPeer:           "dead-peer detection",
+	probe.CheckPrivileges:         "privileges",
+	probe.CheckCleanup:            "cleanup",
 }
 
 func renderProbe(app *App, rep *probe.Report) {
@@ -287,9 +287,9 @@ func livenessSummary(rep *probe.Report) string {
 			out = append(out, c.Summary)
 		case c.Name == probe.CheckExclusion:
 			out = append(out, "a stand-by cannot get a server connection to wait on")
-		case c.Name == probe.CheckIdleCut:
+		case c.Name == probe.CheckIdleSurvival:
 			out = append(out, "idle sessions are cut, and a leader is idle between heartbeats")
-		case c.Name == probe.CheckIdle:
+		case c.Name == probe.CheckIdleSessionTimeout:
 			out = append(out, "the server ends idle sessions between heartbeats")
 		case c.Name == probe.CheckRelease:
 			out = append(out, "the release of the key with its connection could not be checked")

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +18,7 @@ import (
 	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/lease/leasehttp"
+	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/supervisor"
 	"github.com/spf13/cobra"
 )
@@ -265,10 +265,7 @@ func (o *runOptions) startObituary(connString, name string, logger *slog.Logger,
 
 // roleName is how the lease names itself: the role, else "key N".
 func roleName(role string, key int64) string {
-	if role == "" {
-		return "key " + strconv.FormatInt(key, 10)
-	}
-	return role
+	return locks.RoleName(role, locks.BigintKey(key))
 }
 
 func (o *runOptions) validate() error {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -179,10 +178,7 @@ func (c Config) withDefaults() (Config, error) {
 // Name is how the lease names itself in logs, metrics and its term
 // record: Role, or "key N" when Role is empty.
 func (c Config) Name() string {
-	if c.Role != "" {
-		return c.Role
-	}
-	return "key " + strconv.FormatInt(c.Key, 10)
+	return locks.RoleName(c.Role, locks.BigintKey(c.Key))
 }
 
 // DefaultApplicationName is "PREFIX ROLE@HOSTNAME", the application_name

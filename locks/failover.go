@@ -26,10 +26,8 @@ func (l RoleLocks) Name() string {
 		return "presence of " + l.PresenceOf.Name()
 	case l.FenceOf != nil:
 		return "fence of " + l.FenceOf.Name()
-	case l.Role != "":
-		return l.Role
 	}
-	return "key " + l.Key.String()
+	return RoleName(l.Role, l.Key)
 }
 
 // Describe names a session in one line, "pid 6330 (poller-a,

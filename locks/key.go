@@ -88,6 +88,15 @@ func PresenceOf(p Key) (Key, bool) {
 
 // String renders k the way leasectl prints and parses it: "k" for the
 // bigint form, "k1,k2" for the pair form.
+// RoleName is how leasectl names a role in messages, logs and metrics:
+// its name, else "key K" for a lease that has only a key.
+func RoleName(role string, k Key) string {
+	if role != "" {
+		return role
+	}
+	return "key " + k.String()
+}
+
 func (k Key) String() string {
 	if k.Form == Pair {
 		k1, k2 := k.Int4s()

@@ -34,10 +34,7 @@ type RoleRef struct {
 
 // Name is how messages name the role: its name, else "key K".
 func (r RoleRef) Name() string {
-	if r.Role != "" {
-		return r.Role
-	}
-	return "key " + r.Key.String()
+	return RoleName(r.Role, r.Key)
 }
 
 // sharedOnly reports whether l is held, and only in shared mode by

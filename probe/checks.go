@@ -521,7 +521,7 @@ func (p *run) idleSurvival(ctx context.Context) Check {
 	select {
 	case <-ctx.Done():
 		t.Stop()
-		return info(CheckIdleCut, "interrupted")
+		return info(CheckIdleSurvival, "interrupted")
 	case <-t.C:
 	}
 	sctx, cancel := p.step(ctx)
@@ -531,15 +531,15 @@ func (p *run) idleSurvival(ctx context.Context) Check {
 	err := p.a.QueryRow(sctx, recheckSQL, p.opts.Key).Scan(&o.pid, &o.server.SystemID, &o.server.StartedAt, &o.server.InRecovery, &held, &again)
 	switch {
 	case err != nil:
-		return fail(CheckIdleCut, Liveness, fmt.Sprintf("connection A's session did not survive %s idle (%s): a proxy or load balancer between client and server closes idle connections (HAProxy timeout client/server, a cloud load balancer's idle timeout); a leader is idle between heartbeats and would lose its lease every time; raise that timeout above the heartbeat interval", idle, p.explain(err)))
+		return fail(CheckIdleSurvival, Liveness, fmt.Sprintf("connection A's session did not survive %s idle (%s): a proxy or load balancer between client and server closes idle connections (HAProxy timeout client/server, a cloud load balancer's idle timeout); a leader is idle between heartbeats and would lose its lease every time; raise that timeout above the heartbeat interval", idle, p.explain(err)))
 	case o.pid != p.home().pid || p.elsewhere(o) != "":
 		p.multiplexed = true
-		return fail(CheckIdleCut, Safety, fmt.Sprintf("after %s idle, connection A's statement ran on backend pid %d, not its own pid %d: its session was handed elsewhere", idle, o.pid, p.home().pid))
+		return fail(CheckIdleSurvival, Safety, fmt.Sprintf("after %s idle, connection A's statement ran on backend pid %d, not its own pid %d: its session was handed elsewhere", idle, o.pid, p.home().pid))
 	case !held:
-		return fail(CheckIdleCut, Safety, fmt.Sprintf("after %s idle, A's backend pid %d no longer held the key", idle, o.pid))
+		return fail(CheckIdleSurvival, Safety, fmt.Sprintf("after %s idle, A's backend pid %d no longer held the key", idle, o.pid))
 	}
 	p.observeA(o)
-	return pass(CheckIdleCut, fmt.Sprintf("connection A's session, holding the key, survived %s idle", idle))
+	return pass(CheckIdleSurvival, fmt.Sprintf("connection A's session, holding the key, survived %s idle", idle))
 }
 
 // ---- the lock dies with its connection ----
@@ -1066,9 +1066,9 @@ func checkIdleSessionTimeout(t sessionTimeouts, heartbeat time.Duration) Check {
 		set = append(set, fmt.Sprintf("idle_in_transaction_session_timeout = %s: it ends a session left in a transaction", t.IdleInTransaction))
 	}
 	if len(set) == 0 {
-		return pass(CheckIdle, "idle_session_timeout = 0: idle lease sessions are not ended")
+		return pass(CheckIdleSessionTimeout, "idle_session_timeout = 0: idle lease sessions are not ended")
 	}
-	return warn(CheckIdle, strings.Join(set, "; ")+" (a role or database setting, e.g. ALTER ROLE … SET). leasectl's lease sets these to 0 on its own sessions; any other lease over this DSN must do the same (SET idle_session_timeout = 0, …), or lose its lock")
+	return warn(CheckIdleSessionTimeout, strings.Join(set, "; ")+" (a role or database setting, e.g. ALTER ROLE … SET). leasectl's lease sets these to 0 on its own sessions; any other lease over this DSN must do the same (SET idle_session_timeout = 0, …), or lose its lock")
 }
 
 // checkDeadPeer judges the server's dead-peer detection for this session,

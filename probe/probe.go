@@ -57,18 +57,18 @@ const (
 
 // The names of the checks, stable for JSON consumers.
 const (
-	CheckConnect    = "connect"
-	CheckPrimary    = "primary"
-	CheckContinuity = "session_continuity"
-	CheckExclusion  = "exclusion"
-	CheckRelease    = "release"
-	CheckPgPool     = "pgpool"
-	CheckIdleCut    = "idle_survival"
-	CheckProxy      = "proxy"
-	CheckIdle       = "idle_session_timeout"
-	CheckDeadPeer   = "dead_peer_detection"
-	CheckPrivileges = "privileges"
-	CheckCleanup    = "cleanup"
+	CheckConnect            = "connect"
+	CheckPrimary            = "primary"
+	CheckContinuity         = "session_continuity"
+	CheckExclusion          = "exclusion"
+	CheckRelease            = "release"
+	CheckPgPool             = "pgpool"
+	CheckIdleSurvival       = "idle_survival"
+	CheckProxy              = "proxy"
+	CheckIdleSessionTimeout = "idle_session_timeout"
+	CheckDeadPeer           = "dead_peer_detection"
+	CheckPrivileges         = "privileges"
+	CheckCleanup            = "cleanup"
 )
 
 // Check is one row of the report: a name, an outcome and one line of why.

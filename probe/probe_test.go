@@ -241,7 +241,7 @@ func TestIdleSessionTimeoutOfTheRoleWarns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c, _ := rep.Check(probe.CheckIdle); c.Status != probe.Warn || rep.Verdict != probe.Stable ||
+	if c, _ := rep.Check(probe.CheckIdleSessionTimeout); c.Status != probe.Warn || rep.Verdict != probe.Stable ||
 		!strings.Contains(c.Detail, "between heartbeats") || !strings.Contains(c.Detail, "sets these to 0 on its own sessions") {
 		t.Errorf("idle_session_timeout 10s vs heartbeat 15s:%s", dump(rep))
 	}
@@ -249,7 +249,7 @@ func TestIdleSessionTimeoutOfTheRoleWarns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if statusOf(rep, probe.CheckIdle) != probe.Warn || rep.Verdict != probe.Stable {
+	if statusOf(rep, probe.CheckIdleSessionTimeout) != probe.Warn || rep.Verdict != probe.Stable {
 		t.Errorf("idle_session_timeout 10s vs heartbeat 5s:%s", dump(rep))
 	}
 	if c, _ := rep.Check(probe.CheckPrivileges); !strings.Contains(c.Detail, "GRANT pg_read_all_stats") || !strings.Contains(c.Detail, "GRANT pg_signal_backend") {
@@ -423,7 +423,7 @@ func TestProxyIdleTimeouts(t *testing.T) {
 			t.Errorf("--idle %s: %s, want %s:%s", tc.idle, rep.Verdict, tc.want, dump(rep))
 		}
 		if tc.want == probe.Refused {
-			c, _ := rep.Check(probe.CheckIdleCut)
+			c, _ := rep.Check(probe.CheckIdleSurvival)
 			if rep.Refusal != probe.Liveness || c.Status != probe.Fail || !strings.Contains(c.Detail, "closes idle connections") {
 				t.Errorf("--idle %s: %s:%s", tc.idle, rep.Refusal, dump(rep))
 			}

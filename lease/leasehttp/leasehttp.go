@@ -5,8 +5,8 @@
 // program that holds a lease with lease.Run, supervisor.Run or
 // supervisor.Command.
 //
-// Wire a [Metrics] into the lease's hooks, and wrap the lease's log
-// handler with [Metrics.LogHandler]:
+// Wire a [Monitor] into the lease's hooks, and wrap the lease's log
+// handler with [Monitor.LogHandler]:
 //
 //	m := leasehttp.New(cfg.Role, cfg.Key, leasehttp.HealthWindow(cfg, grace))
 //	cfg.Logger = slog.New(m.LogHandler(slog.NewTextHandler(os.Stderr, nil)))
@@ -16,7 +16,7 @@
 //
 // A process that runs the leases of many roles from one lease loop, over
 // shared sessions (`leasectl run --procfile`), serves them all with a
-// [Set]: a [Metrics] per role, added with [Set.Add], whose OnStart and
+// [Set]: a [Monitor] per role, added with [Set.Add], whose OnStart and
 // OnRestart are wired to that role's program; the loop's hooks go to the
 // Set, which routes each state change to its role by key and counts a
 // heartbeat or a log record as a sign of life of every role:
@@ -68,7 +68,6 @@ import (
 	"net"
 	"net/http"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -76,10 +75,10 @@ import (
 	"github.com/leasectl/leasectl/lease"
 )
 
-// Metrics is one lease's metrics and health: the lease reports to it
+// Monitor is one lease's metrics and health: the lease reports to it
 // through its hooks, and its handlers answer /metrics, /healthz and
 // /readyz. It is safe for concurrent use.
-type Metrics struct {
+type Monitor struct {
 	mu sync.Mutex
 	// labels are the series' labels, `role="poller",key="1"`; ident is
 	// the lease as /readyz of a [Set] names it, `role="poller" key="1"`.
@@ -96,7 +95,7 @@ type Metrics struct {
 	// state is the lease's current state, "" before the first one.
 	state lease.State
 	// restartIn is the wait of a restart policy between a run that
-	// stopped and the next one (see [Metrics.OnRestart]); 0 when no
+	// stopped and the next one (see [Monitor.OnRestart]); 0 when no
 	// restart is pending.
 	restartIn time.Duration
 	// lastActivity is the last sign of life of the lease loop; staleAfter
@@ -110,14 +109,12 @@ type Metrics struct {
 // "key N", as the lease names itself). window is how long the lease loop
 // may show no sign of life before /healthz fails (see [HealthWindow]);
 // zero means the window of a lease with the default settings.
-func New(role string, key int64, window time.Duration) *Metrics {
-	if role == "" {
-		role = "key " + strconv.FormatInt(key, 10)
-	}
+func New(role string, key int64, window time.Duration) *Monitor {
+	role = lease.Config{Role: role, Key: key}.Name()
 	if window <= 0 {
 		window = HealthWindow(lease.Config{}, 0)
 	}
-	m := &Metrics{
+	m := &Monitor{
 		labels:      fmt.Sprintf(`role="%s",key="%d"`, escapeLabel(role), key),
 		ident:       fmt.Sprintf(`role="%s" key="%d"`, escapeLabel(role), key),
 		transitions: map[lease.State]int{},
@@ -152,9 +149,9 @@ func HealthWindow(cfg lease.Config, stop time.Duration) time.Duration {
 }
 
 // Mark records a sign of life of the lease loop. The hooks mark too; so
-// does every record that passes the handler of [Metrics.LogHandler]: while
+// does every record that passes the handler of [Monitor.LogHandler]: while
 // the database is down, the lease's retries only log.
-func (m *Metrics) Mark() {
+func (m *Monitor) Mark() {
 	m.mu.Lock()
 	m.lastActivity = m.now()
 	m.mu.Unlock()
@@ -163,7 +160,7 @@ func (m *Metrics) Mark() {
 // OnStateChange records a state change; it is a lease.Config.OnStateChange.
 // A change to Leading that began a term (Epoch > 0) sets the epoch and adds
 // its Leaderless to the leaderless time.
-func (m *Metrics) OnStateChange(c lease.Change) {
+func (m *Monitor) OnStateChange(c lease.Change) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.leading = c.To == lease.Leading
@@ -182,7 +179,7 @@ func (m *Metrics) OnStateChange(c lease.Change) {
 // the process, and /healthz stays 200 through the wait (its window grows
 // by delay) while /readyz says "restarting". It fits
 // supervisor.RestartPolicy.OnRestart.
-func (m *Metrics) OnRestart(_ error, delay time.Duration) {
+func (m *Monitor) OnRestart(_ error, delay time.Duration) {
 	m.mu.Lock()
 	m.restartIn = max(delay, time.Nanosecond)
 	m.lastActivity = m.now()
@@ -191,7 +188,7 @@ func (m *Metrics) OnRestart(_ error, delay time.Duration) {
 
 // OnHeartbeat records a round trip that proved the lease session alive; it
 // is a lease.Config.OnHeartbeat.
-func (m *Metrics) OnHeartbeat(at time.Time) {
+func (m *Monitor) OnHeartbeat(at time.Time) {
 	m.mu.Lock()
 	m.lastBeat = at
 	m.lastActivity = m.now()
@@ -199,22 +196,22 @@ func (m *Metrics) OnHeartbeat(at time.Time) {
 }
 
 // OnStart counts a start of the program; it is a supervisor.Command.OnStart.
-func (m *Metrics) OnStart(int) {
+func (m *Monitor) OnStart(int) {
 	m.mu.Lock()
 	m.children++
 	m.mu.Unlock()
 }
 
 // LogHandler returns a handler that passes every record on to h and marks
-// a sign of life for each (see [Metrics.Mark]). Give the lease a logger
+// a sign of life for each (see [Monitor.Mark]). Give the lease a logger
 // with it.
-func (m *Metrics) LogHandler(h slog.Handler) slog.Handler {
+func (m *Monitor) LogHandler(h slog.Handler) slog.Handler {
 	return &activityHandler{Handler: h, mark: m.Mark}
 }
 
 // Handler serves the metrics at /metrics and the health checks at
 // /healthz and /readyz.
-func (m *Metrics) Handler() http.Handler {
+func (m *Monitor) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", m.ServeMetrics)
 	mux.HandleFunc("/healthz", m.ServeHealth)
@@ -226,7 +223,7 @@ func (m *Metrics) Handler() http.Handler {
 // life (whatever its state, so that a database outage never gets the
 // process restarted), and through a restart policy's wait; 503 once it has
 // been silent for longer than its window or the lease has stopped for good.
-func (m *Metrics) ServeHealth(w http.ResponseWriter, _ *http.Request) {
+func (m *Monitor) ServeHealth(w http.ResponseWriter, _ *http.Request) {
 	st := m.status()
 	over, quiet, limit := liveness([]status{st}, time.Time{}, m.now(), m.staleAfter)
 	switch {
@@ -243,7 +240,7 @@ func (m *Metrics) ServeHealth(w http.ResponseWriter, _ *http.Request) {
 // primary that it may lead on, leading or standing by; 503 while it
 // connects, is refused (a standby, a transaction-mode pooler) or has
 // stopped.
-func (m *Metrics) ServeReady(w http.ResponseWriter, _ *http.Request) {
+func (m *Monitor) ServeReady(w http.ResponseWriter, _ *http.Request) {
 	if ready, name := m.status().readiness(); ready {
 		httpStatus(w, http.StatusOK, "ready: "+name)
 	} else {
@@ -256,11 +253,11 @@ func (m *Metrics) ServeReady(w http.ResponseWriter, _ *http.Request) {
 // (by the state entered), leasectl_lease_leaderless_seconds_total,
 // leasectl_lease_program_starts_total and, once there was one,
 // leasectl_lease_heartbeat_age_seconds, each labelled with role and key.
-func (m *Metrics) ServeMetrics(w http.ResponseWriter, _ *http.Request) {
+func (m *Monitor) ServeMetrics(w http.ResponseWriter, _ *http.Request) {
 	writeMetrics(w, []values{m.values()})
 }
 
-// Serve serves h (usually [Metrics.Handler] or [Set.Handler]) on addr
+// Serve serves h (usually [Monitor.Handler] or [Set.Handler]) on addr
 // until the returned function is called, which shuts the server down
 // within a second. It logs the metrics URL ("serving metrics") to logger,
 // so that a port chosen by the system (addr ":0") can be found. The error
@@ -290,7 +287,7 @@ type status struct {
 	lastActivity time.Time
 }
 
-func (m *Metrics) status() status {
+func (m *Monitor) status() status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return status{ident: m.ident, state: m.state, restartIn: m.restartIn, lastActivity: m.lastActivity}
@@ -366,7 +363,7 @@ type values struct {
 	lastBeat    time.Time
 }
 
-func (m *Metrics) values() values {
+func (m *Monitor) values() values {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return values{labels: m.labels, leading: m.leading, epoch: m.epoch, transitions: maps.Clone(m.transitions),

@@ -14,8 +14,8 @@ import (
 )
 
 // These tests drive the handlers without a database: a fake clock makes
-// the health window testable. The exporter against a real lease on the
-// lab's server is tested in package lease (TestExporterFollowsARealLease).
+// the health window testable. The monitor against a real lease on the
+// lab's server is tested in package lease (TestMonitorFollowsARealLease).
 
 // TestHealthzFailsWhenTheLeaseLoopIsStuck drives the health handlers with
 // a fake clock: /healthz fails once the loop has been silent for longer

@@ -12,13 +12,13 @@ import (
 )
 
 // Set is the metrics and health of the leases of many roles that one lease
-// loop runs in one process: a [Metrics] per role, reported to through the
+// loop runs in one process: a [Monitor] per role, reported to through the
 // loop's hooks that the Set routes, and handlers that answer /metrics,
 // /healthz and /readyz for all of them. It is safe for concurrent use.
 type Set struct {
 	mu     sync.Mutex
-	roles  []*Metrics // in the order added
-	byKey  map[int64]*Metrics
+	roles  []*Monitor // in the order added
+	byKey  map[int64]*Monitor
 	window time.Duration
 	now    func() time.Time
 	// lastActivity is the loop's last sign of life through the Set's own
@@ -34,17 +34,17 @@ func NewSet(window time.Duration) *Set {
 	if window <= 0 {
 		window = HealthWindow(lease.Config{}, 0)
 	}
-	s := &Set{byKey: map[int64]*Metrics{}, window: window, now: time.Now}
+	s := &Set{byKey: map[int64]*Monitor{}, window: window, now: time.Now}
 	s.lastActivity = s.now()
 	return s
 }
 
 // Add adds the lease of role and key (an empty role is "key N", as for
-// [New]) and returns its Metrics, whose OnStart and OnRestart the caller
+// [New]) and returns its Monitor, whose OnStart and OnRestart the caller
 // wires to that role's program and restart policy; the Set routes the
 // loop's state changes to it. Add panics if the Set has the key already:
 // state changes are routed by key.
-func (s *Set) Add(role string, key int64) *Metrics {
+func (s *Set) Add(role string, key int64) *Monitor {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.byKey[key]; ok {
@@ -58,11 +58,11 @@ func (s *Set) Add(role string, key int64) *Metrics {
 	return m
 }
 
-// members returns the Set's Metrics, in the order added.
-func (s *Set) members() []*Metrics {
+// members returns the Set's monitors, in the order added.
+func (s *Set) members() []*Monitor {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]*Metrics(nil), s.roles...)
+	return append([]*Monitor(nil), s.roles...)
 }
 
 // Mark records a sign of life of the lease loop, for every role. The
@@ -78,7 +78,7 @@ func (s *Set) Mark() {
 }
 
 // OnStateChange records a state change of the role of c.Key (see
-// [Metrics.OnStateChange]); it fits the loop's OnStateChange. A change of a
+// [Monitor.OnStateChange]); it fits the loop's OnStateChange. A change of a
 // key the Set does not have is only a sign of life.
 func (s *Set) OnStateChange(c lease.Change) {
 	s.mu.Lock()
@@ -92,7 +92,7 @@ func (s *Set) OnStateChange(c lease.Change) {
 }
 
 // OnHeartbeat records a round trip that proved the loop's shared session
-// alive, for every role (see [Metrics.OnHeartbeat]).
+// alive, for every role (see [Monitor.OnHeartbeat]).
 func (s *Set) OnHeartbeat(at time.Time) {
 	s.mu.Lock()
 	s.lastActivity = s.now()
@@ -119,7 +119,7 @@ func (s *Set) Handler() http.Handler {
 	return mux
 }
 
-// ServeMetrics answers /metrics with the metrics of [Metrics.ServeMetrics]
+// ServeMetrics answers /metrics with the metrics of [Monitor.ServeMetrics]
 // for every role: each family once, with the samples of every role in the
 // order added.
 func (s *Set) ServeMetrics(w http.ResponseWriter, _ *http.Request) {

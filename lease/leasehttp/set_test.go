@@ -17,11 +17,11 @@ import (
 
 // threeRoles is a Set of three roles on a fake clock, as `leasectl run
 // --procfile` would build for a procfile of three entries.
-func threeRoles(now *time.Time) (*Set, [3]*Metrics) {
+func threeRoles(now *time.Time) (*Set, [3]*Monitor) {
 	s := NewSet(time.Minute)
 	s.now = func() time.Time { return *now }
 	s.lastActivity = *now
-	return s, [3]*Metrics{s.Add("poller", 1840000001), s.Add("mai\"ler", 1840000002), s.Add("", 1840000003)}
+	return s, [3]*Monitor{s.Add("poller", 1840000001), s.Add("mai\"ler", 1840000002), s.Add("", 1840000003)}
 }
 
 // get answers path with h.

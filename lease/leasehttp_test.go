@@ -17,7 +17,7 @@ import (
 	"github.com/leasectl/leasectl/lease/leasehttp"
 )
 
-// served is a lease on the lab's server with the exporter of leasehttp
+// served is a lease on the lab's server with the monitor of leasehttp
 // wired in the documented way, serving on a port the system chose.
 type served struct {
 	url string // http://127.0.0.1:PORT
@@ -26,7 +26,7 @@ type served struct {
 	run *runResult
 }
 
-// serveLease starts a lease on dsn and key with a leasehttp exporter and
+// serveLease starts a lease on dsn and key with a leasehttp monitor and
 // returns once it serves.
 func serveLease(t *testing.T, ctx context.Context, dsn string, key int64, work func(context.Context) error) *served {
 	t.Helper()
@@ -49,7 +49,7 @@ func serveLease(t *testing.T, ctx context.Context, dsn string, key int64, work f
 	return s
 }
 
-// get returns the status and body of a GET of the exporter's path.
+// get returns the status and body of a GET of the monitor's path.
 func (s *served) get(t *testing.T, path string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(s.url + path)
@@ -61,7 +61,7 @@ func (s *served) get(t *testing.T, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// expect checks one answer of the exporter.
+// expect checks one answer of the monitor.
 func (s *served) expect(t *testing.T, path string, code int, want ...string) {
 	t.Helper()
 	got, body := s.get(t, path)
@@ -75,7 +75,7 @@ func (s *served) expect(t *testing.T, path string, code int, want ...string) {
 	}
 }
 
-// sample returns the value of the series name+labels in the exporter's
+// sample returns the value of the series name+labels in the monitor's
 // /metrics, failing the test when it is missing.
 func (s *served) sample(t *testing.T, series string) float64 {
 	t.Helper()
@@ -91,14 +91,14 @@ func (s *served) sample(t *testing.T, series string) float64 {
 	return v
 }
 
-// TestExporterFollowsARealLease: leases on the lab's server, each with
-// the leasehttp exporter, answer /metrics, /readyz and /healthz the way
+// TestMonitorFollowsARealLease: leases on the lab's server, each with
+// the leasehttp monitor, answer /metrics, /readyz and /healthz the way
 // leasectl run --metrics-addr does: the leader and a stand-by are ready,
 // a lease refused by a transaction-mode pooler is not but is alive, and a
 // stopped lease is neither. The leader exposes the epoch of its term (the
 // lease creates the term record itself); the stand-by exposes 0 until it
 // takes over, then the next epoch, and counts the gap before its term.
-func TestExporterFollowsARealLease(t *testing.T) {
+func TestMonitorFollowsARealLease(t *testing.T) {
 	const key = 9100030
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
