@@ -63,3 +63,18 @@ func TestNoDSNAnywhereSaysSo(t *testing.T) {
 		t.Errorf("exit %d, stderr:\n%s", res.Code, res.Stderr)
 	}
 }
+
+// TestRunWithNoDSNSaysSo: run retries its connects, so with no DSN in any
+// of the places leasectl looks it says so once, before the first retry.
+func TestRunWithNoDSNSaysSo(t *testing.T) {
+	for _, v := range pgConnVars {
+		t.Setenv(v, "")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	res := runCLIWith(t, ctx, map[string]string{}, false, "", "run", "--keys", foKeys(t), "--role", "poller", "--", "sleep", "60")
+	if !strings.Contains(res.Stderr, "no DSN was given: leasectl looked for --dsn, $LEASECTL_DSN, $DATABASE_URL") ||
+		!strings.Contains(res.Stderr, "connecting to libpq's default, the local server at ") {
+		t.Errorf("exit %d, stderr:\n%s", res.Code, res.Stderr)
+	}
+}

@@ -319,17 +319,33 @@ var pgConnVars = []string{"PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSE
 // for libpq's default socket, and a hint about the DSN's host= would
 // mislead.
 func (a *App) noDSNHint(arg string, err error) {
+	var ce *dbconn.ConnectError
+	if a.noDSNGiven(arg) && errors.As(err, &ce) {
+		ce.SetHint(noDSN + ", and tried libpq's default, the local server; give the database with --dsn or LEASECTL_DSN")
+	}
+}
+
+const noDSN = "no DSN was given: leasectl looked for --dsn, $LEASECTL_DSN, $DATABASE_URL and libpq's PG* variables, found none"
+
+// noDSNGiven says that neither arg nor any of the places leasectl reads a
+// DSN from names a database: it connects to libpq's default.
+func (a *App) noDSNGiven(arg string) bool {
 	if _, source := a.DSN(arg); source != "PG* environment" {
-		return
+		return false
 	}
 	for _, v := range pgConnVars {
 		if a.Getenv(v) != "" {
-			return
+			return false
 		}
 	}
-	var ce *dbconn.ConnectError
-	if errors.As(err, &ce) {
-		ce.SetHint("no DSN was given: leasectl looked for --dsn, $LEASECTL_DSN, $DATABASE_URL and libpq's PG* variables, found none, and tried libpq's default, the local server; give the database with --dsn or LEASECTL_DSN")
+	return true
+}
+
+// warnNoDSN warns, for a command that retries its connects (run), that no
+// DSN was given: each retry's error then names only libpq's default.
+func (a *App) warnNoDSN(cfg *pgx.ConnConfig) {
+	if a.noDSNGiven("") {
+		a.warn(fmt.Sprintf("%s; connecting to libpq's default, the local server at %s (give the database with --dsn or LEASECTL_DSN)", noDSN, connTarget(cfg)))
 	}
 }
 

@@ -163,6 +163,7 @@ func runRun(ctx context.Context, opts *runOptions) error {
 	if err != nil {
 		return err
 	}
+	app.warnNoDSN(connCfg)
 	stopMetrics, err := opts.serveMetrics(metrics.Handler(), logger)
 	if err != nil {
 		return err

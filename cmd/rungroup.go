@@ -92,6 +92,7 @@ func runGroup(ctx context.Context, opts *runOptions) error {
 	if err != nil {
 		return err
 	}
+	app.warnNoDSN(connCfg)
 	stopMetrics, err := opts.serveMetrics(set.Handler(), logger)
 	if err != nil {
 		return err
