@@ -52,10 +52,10 @@
 // operating system's default (about 2 h 11 min) is safe but makes a
 // partitioned leader's replacement wait that long.
 //
-// The handover is where fencing will go: between taking the fence and
-// starting work, the new leader knows that the old work has stopped, which
-// is the moment to advance a fencing token that the program's own
-// transactions check.
+// Each leadership is a term in the term record; work gets its fencing
+// token from [Session.FenceToken] and checks it with [Fence] inside its own
+// transactions, so that a frozen leader's late writes fail instead of
+// landing beside the next leader's.
 //
 // [RunGroup] runs many roles over one lease session and one stop fence
 // session: the lease session holds the key of every role it leads, and a

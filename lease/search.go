@@ -31,13 +31,8 @@ const (
 // search waits until it is worth connecting again: with several hosts,
 // until one of them is a primary (or until), which the next connections
 // then try first; with one host, pollInterval. It reports false when ctx
-// ended.
-//
-// The cost while there is no primary, for a fleet of N replicas of a role
-// and a DSN of H hosts: N × H idle connections, each running one trivial
-// statement (SELECT pg_is_in_recovery()) every 25 ms, plus a connection
-// attempt every 250 ms to each host that is down; with one host, N
-// connection attempts every 50 ms. For at most SearchWindow after the loss.
+// ended. It polls each host every 25 ms (a host that is down, every
+// 250 ms), for at most SearchWindow after the loss.
 func (r *runner) search(ctx context.Context, until time.Time) bool {
 	hosts := hostConfigs(r.cfg.ConnConfig)
 	if len(hosts) < 2 {

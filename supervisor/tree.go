@@ -56,9 +56,8 @@ func (t *programTree) stop(log *slog.Logger, deadline time.Time, msg string) {
 			// lists can miss it: it was not yet in this process's list
 			// when that was read, and no longer in its parent's when that
 			// was. Look once more, a moment later, before an empty tree is
-			// trusted and the key passes on (the fault suite's double-fork
-			// daemons overlapped 3 times in 16 runs of 50 takeovers without
-			// this).
+			// trusted and the key passes on (a double-forking daemon
+			// would otherwise outlive its lease).
 			time.Sleep(time.Millisecond)
 			if left = t.memberPIDs(); len(left) == 0 {
 				return
