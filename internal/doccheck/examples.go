@@ -140,6 +140,8 @@ var placeholders = []struct {
 	{regexp.MustCompile(`\b(pid|backend|server says) \d+`), "$1 <pid>"},
 	{regexp.MustCompile(`\b\d+(?:\.\d+)? ms\b`), "<dur>"},
 	{regexp.MustCompile(`\b\d+(?:\.\d+)?(?:ms|µs|ns|[dhms])(?:\d+(?:\.\d+)?(?:ms|[hms]))*\b`), "<dur>"},
+	// failover times a takeover on the tighter of the two clocks.
+	{regexp.MustCompile(`\((?:server|client) clock\)`), "(<which> clock)"},
 	// A cell cut to the terminal's width ends where the other cells let it.
 	{regexp.MustCompile(`\S+…`), "…"},
 }
@@ -194,6 +196,9 @@ func Normalize(lines []string) []string {
 				}
 				if c < len(r) {
 					cells[i] = strings.TrimSpace(string(r[c:end]))
+				}
+				if strings.HasSuffix(cells[i], "…") {
+					cells[i] = "…" // cut to the terminal's width where the other cells let it
 				}
 				if re := pidColumns[names[i]]; re != nil && re.MatchString(cells[i]) {
 					cells[i] = "<pid>"
