@@ -3,6 +3,8 @@
 // with a #fragment, a heading of that file; no link or bare URL may lead
 // outside the repository. Its tests also hold the README to its size and its
 // two set-up commands, and run `make install` into a staging directory.
+// [Examples] finds the pages' `$ leasectl` blocks, which cmd's
+// TestDocExamples runs against a lab and checks with [Compare].
 package doccheck
 
 import (
