@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/lab"
+	"github.com/leasectl/leasectl/internal/lab/labtest"
 	"github.com/leasectl/leasectl/internal/pgtest"
 )
 
@@ -269,7 +270,7 @@ func TestProbeFrontDoorAnswers(t *testing.T) {
 		assertNoSecret(t, res, pw)
 	})
 	t.Run("database alias", func(t *testing.T) {
-		if err := l.AddPoolerAlias("session", "app", "postgres"); err != nil {
+		if err := labtest.AddPoolerAlias(l, "session", "app", "postgres"); err != nil {
 			t.Fatal(err)
 		}
 		res := runCLI(t, nil, "probe", strings.Replace(l.PoolerDSN("session"), "/postgres?", "/app?", 1))

@@ -685,7 +685,7 @@ func TestRunGraceIsOneDeadline(t *testing.T) {
 // two ends agree, run logs a warning that names the likely cause.
 func TestRunWarnsAboutAProxysIdleTimeout(t *testing.T) {
 	f := newRunFixture(t, "poller", 9200040)
-	r := startRun(t, runEnv(f, needLab(t).HAProxyDSN("idle")), append([]string{"--role", "poller", "--heartbeat-interval", "5s", "--retry-interval", "200ms",
+	r := startRun(t, runEnv(f, needDoors(t).HAProxyDSN("idle")), append([]string{"--role", "poller", "--heartbeat-interval", "5s", "--retry-interval", "200ms",
 		"-o", "json", "--"}, f.witnessArgs()...)...)
 	r.stderr.WaitFor(t, "keep ending after the same silence", 1, hang)
 	log := r.stderr.String()

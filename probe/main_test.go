@@ -6,26 +6,31 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/lab"
+	"github.com/leasectl/leasectl/internal/lab/labtest"
 	"github.com/leasectl/leasectl/internal/pgtest"
 )
 
 var testLab *lab.Lab
 
+// doors are testLab's front doors: they spread sessions or statements over
+// servers, cut idle sessions, or carry a unix socket over TCP.
+var doors = labtest.New(labtest.Spec{
+	PgPool: &labtest.PgPoolSpec{},
+	HAProxy: []labtest.HAProxySpec{
+		{Name: "rr", Backends: []string{"primary", "standby"}},
+		{Name: "idle", Backends: []string{"primary"}, TimeoutClient: 2 * time.Second},
+		// Split brain: the primary and a second primary that shares
+		// nothing with it, behind one address.
+		{Name: "split", Backends: []string{"primary", labtest.TwinBackend}, Balance: "leastconn"},
+		{Name: "split-rr", Backends: []string{"primary", labtest.TwinBackend}},
+	},
+	Relays: []string{"cloudsql"},
+})
+
 func TestMain(m *testing.M) {
 	os.Exit(pgtest.RunMain(m, lab.Options{
-		Standby: true,
-		// Front doors that spread sessions or statements over servers, cut
-		// idle sessions, or carry a unix socket over TCP.
-		PgPool: &lab.PgPoolSpec{},
-		HAProxy: []lab.HAProxySpec{
-			{Name: "rr", Backends: []string{"primary", "standby"}},
-			{Name: "idle", Backends: []string{"primary"}, TimeoutClient: 2 * time.Second},
-			// Split brain: the primary and a second primary that shares
-			// nothing with it, behind one address.
-			{Name: "split", Backends: []string{"primary", lab.TwinBackend}, Balance: "leastconn"},
-			{Name: "split-rr", Backends: []string{"primary", lab.TwinBackend}},
-		},
-		Relays: []string{"cloudsql"},
+		Standby:    true,
+		Extensions: []lab.Extension{doors},
 		Poolers: append(lab.EveryPoolMode,
 			// PgBouncer in session mode that hands server connections on
 			// without resetting them: locks outlive their client.

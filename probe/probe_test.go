@@ -13,6 +13,7 @@ import (
 	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/errkind"
 	"github.com/leasectl/leasectl/internal/lab"
+	"github.com/leasectl/leasectl/internal/lab/labtest"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
 )
@@ -388,8 +389,8 @@ func TestLoadBalancersAreRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name, dsn, says string
 	}{
-		{"pgpool-II, default settings", testLab.PgPoolDSN(), "pgpool-II balances load"},
-		{"HAProxy round-robin over primary and standby", testLab.HAProxyDSN("rr"), "load balancer"},
+		{"pgpool-II, default settings", doors.PgPoolDSN(), "pgpool-II balances load"},
+		{"HAProxy round-robin over primary and standby", doors.HAProxyDSN("rr"), "load balancer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for i := range 30 {
@@ -410,7 +411,7 @@ func TestLoadBalancersAreRefused(t *testing.T) {
 // for 2 s. The probe without --idle cannot see it; with --idle 3s it
 // refuses (liveness), and with --idle 1s the session survives.
 func TestProxyIdleTimeouts(t *testing.T) {
-	dsn := testLab.HAProxyDSN("idle")
+	dsn := doors.HAProxyDSN("idle")
 	for _, tc := range []struct {
 		idle time.Duration
 		want probe.Verdict
@@ -438,7 +439,7 @@ func TestProxyIdleTimeouts(t *testing.T) {
 // which the dead-peer check warns about (and --strict refuses), and the
 // proxy check names the relay. The lab's own unix socket needs neither.
 func TestDeadPeerIsJudgedFromTheServersView(t *testing.T) {
-	rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, testLab.RelayDSN("cloudsql")), Strict: true})
+	rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, doors.RelayDSN("cloudsql")), Strict: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,13 +474,13 @@ func TestPgPoolSettings(t *testing.T) {
 		{"load_balance_mode = off", map[string]string{"load_balance_mode": "off"}, probe.Stable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l, err := lab.Start(context.Background(), lab.Options{Standby: true, PgPool: &lab.PgPoolSpec{Settings: tc.settings}})
+			l, d, err := labtest.Start(context.Background(), lab.Options{Standby: true}, labtest.Spec{PgPool: &labtest.PgPoolSpec{Settings: tc.settings}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = l.Stop(context.Background()) })
 			for i := range 10 {
-				rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, l.PgPoolDSN())})
+				rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, d.PgPoolDSN())})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -538,7 +539,7 @@ func TestProbeOnABorrowedConnection(t *testing.T) {
 func TestBalancerOverTwoPrimariesIsRefused(t *testing.T) {
 	for _, name := range []string{"split", "split-rr"} {
 		t.Run(name, func(t *testing.T) {
-			dsn := testLab.HAProxyDSN(name)
+			dsn := doors.HAProxyDSN(name)
 			var others []*pgx.Conn
 			defer func() {
 				for _, c := range others {
@@ -570,7 +571,7 @@ func TestBalancerOverTwoPrimariesIsRefused(t *testing.T) {
 		})
 	}
 	assertNothingLeftOn(t, testLab.DirectDSN())
-	assertNothingLeftOn(t, testLab.TwinDSN())
+	assertNothingLeftOn(t, doors.TwinDSN())
 }
 
 // allDetails joins every check's detail, to assert on what no line says.
@@ -709,13 +710,13 @@ func TestServerDownBehindAPooler(t *testing.T) {
 // and claims a release only where pg_locks shows it.
 func TestPgPoolModes(t *testing.T) {
 	t.Run("native replication", func(t *testing.T) {
-		l, err := lab.Start(context.Background(), lab.Options{Poolers: []lab.PoolerSpec{}, PgPool: &lab.PgPoolSpec{Mode: lab.NativeReplication}})
+		l, d, err := labtest.Start(context.Background(), lab.Options{Poolers: []lab.PoolerSpec{}}, labtest.Spec{PgPool: &labtest.PgPoolSpec{Mode: labtest.NativeReplication}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = l.Stop(context.Background()) })
 		for i := range 5 {
-			rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, l.PgPoolDSN())})
+			rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, d.PgPoolDSN())})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -730,7 +731,7 @@ func TestPgPoolModes(t *testing.T) {
 	})
 	t.Run("reset-less cache, statement_timeout in the DSN", func(t *testing.T) {
 		ctx := context.Background()
-		l, err := lab.Start(ctx, lab.Options{Poolers: []lab.PoolerSpec{}, Standby: true, PgPool: &lab.PgPoolSpec{
+		l, d, err := labtest.Start(ctx, lab.Options{Poolers: []lab.PoolerSpec{}, Standby: true}, labtest.Spec{PgPool: &labtest.PgPoolSpec{
 			Settings: map[string]string{"reset_query_list": "'ABORT'", "load_balance_mode": "off"}}})
 		if err != nil {
 			t.Fatal(err)
@@ -756,7 +757,7 @@ func TestPgPoolModes(t *testing.T) {
 				t.Fatal("the standby did not replay CREATE DATABASE app within 30s")
 			}
 		}
-		dsn := l.DSN(l.PgPool.Port, l.User, "app") + "&options=-c%20statement_timeout%3D50"
+		dsn := l.DSN(d.PgPool.Port, l.User, "app") + "&options=-c%20statement_timeout%3D50"
 		// The ground truth: a key taken through pgpool outlives its client.
 		const key = 4242002
 		c := connect(t, dsn)

@@ -22,6 +22,7 @@ import (
 	"github.com/leasectl/leasectl/internal/benchutil"
 	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/lab"
+	"github.com/leasectl/leasectl/internal/lab/labtest"
 	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/lease"
@@ -1054,7 +1055,7 @@ func TestGroupPatroni(t *testing.T) {
 	var each []string
 	var lags []time.Duration
 	for i := range p.switchovers {
-		w := l.WatchWrites(5 * time.Millisecond)
+		w := labtest.WatchWrites(l, 5*time.Millisecond)
 		from := h.mark()
 		t1 := time.Now()
 		ch, err := l.Switchover(ctx)

@@ -18,6 +18,7 @@ import (
 	"github.com/leasectl/leasectl/internal/benchutil"
 	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/lab"
+	"github.com/leasectl/leasectl/internal/lab/labtest"
 	"github.com/leasectl/leasectl/internal/leasetest"
 )
 
@@ -85,7 +86,7 @@ func patroniFaults(t *testing.T, f *fleet, res *result, form kind, switchovers, 
 		}
 	}
 	for i, fault := range faults {
-		w := l.WatchWrites(5 * time.Millisecond)
+		w := labtest.WatchWrites(l, 5*time.Millisecond)
 		from := h.mark()
 		t0 := time.Now()
 		var ch *lab.HAChange

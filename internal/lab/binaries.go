@@ -39,15 +39,11 @@ type Binaries struct {
 	Postgres     string
 	PgBasebackup string
 	PgBouncer    string
-	// PgPool, HAProxy and Socat are found only for a lab that asks for
-	// pgpool-II, HAProxy instances or relays; empty otherwise.
-	PgPool  string `json:",omitempty"`
-	HAProxy string `json:",omitempty"`
-	Socat   string `json:",omitempty"`
-	// Patroni and Etcd are found only for a lab with Options.HA (which
-	// needs HAProxy too); empty otherwise.
+	// Patroni, Etcd and HAProxy are found only for a lab with Options.HA;
+	// empty otherwise.
 	Patroni string `json:",omitempty"`
 	Etcd    string `json:",omitempty"`
+	HAProxy string `json:",omitempty"`
 }
 
 // FindBinaries locates initdb, pg_ctl, postgres and pg_basebackup, and
@@ -86,9 +82,6 @@ var (
 	pgSearched = []string{"/usr/lib/postgresql/*/bin", "pg_config --bindir", "/opt/homebrew/opt/postgresql@*/bin",
 		"/usr/local/opt/postgresql@*/bin", "/opt/homebrew/bin", "/usr/local/bin"}
 	pgBouncerDirs = []string{"/usr/sbin", "/usr/local/sbin", "/opt/homebrew/bin", "/usr/local/bin"}
-	pgPoolDirs    = []string{"/usr/sbin", "/usr/bin", "/usr/local/sbin", "/opt/homebrew/bin", "/usr/local/bin"}
-	haproxyDirs   = pgPoolDirs
-	socatDirs     = []string{"/usr/bin", "/usr/sbin", "/opt/homebrew/bin", "/usr/local/bin"}
 	// haDirs hold patroni, etcd, and haproxy for an HA lab.
 	haDirs = []string{"/usr/bin", "/usr/sbin", "/opt/homebrew/bin", "/usr/local/bin", "/usr/local/sbin"}
 )
@@ -168,30 +161,12 @@ func (s binarySearch) find(name, pkg string, searched []string, dirs ...string) 
 	return "", &MissingBinaryError{Name: name, Package: pkg, Searched: searched, Install: installCommand(s.goos, pkg)}
 }
 
-// findFrontDoorBinaries adds to b the programs of the front doors opts asks
-// for, and only those: pgpool (Debian package pgpool2) for PgPool, haproxy
-// for HAProxy and socat for Relays, each looked for in /usr/sbin, /usr/bin,
-// /opt/homebrew/bin, /usr/local/bin (and /usr/local/sbin) and PATH. A lab
-// without front doors needs none of them.
-func findFrontDoorBinaries(b *Binaries, opts Options) error {
+// FindProgram returns the first executable called name in dirs, or else
+// in PATH; when there is none, a *MissingBinaryError that names the Debian
+// package pkg and this system's command to install it.
+func FindProgram(name, pkg string, dirs []string) (string, error) {
 	s := systemSearch()
-	var err error
-	if opts.PgPool != nil {
-		if b.PgPool, err = s.find("pgpool", "pgpool2", pgPoolDirs, s.rooted(pgPoolDirs)...); err != nil {
-			return err
-		}
-	}
-	if len(opts.HAProxy) > 0 {
-		if b.HAProxy, err = s.find("haproxy", "haproxy", haproxyDirs, s.rooted(haproxyDirs)...); err != nil {
-			return err
-		}
-	}
-	if len(opts.Relays) > 0 {
-		if b.Socat, err = s.find("socat", "socat", socatDirs, s.rooted(socatDirs)...); err != nil {
-			return err
-		}
-	}
-	return nil
+	return s.find(name, pkg, dirs, s.rooted(dirs)...)
 }
 
 // findHABinaries adds patroni (Debian package patroni), etcd (etcd-server)

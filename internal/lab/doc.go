@@ -7,11 +7,12 @@
 // listens on 127.0.0.1 and on a unix socket; each pooler is its own
 // PgBouncer process with its own port and pool mode (transaction and session by
 // default; statement mode or a pool of one on request); a streaming hot
-// standby made with pg_basebackup -R is optional. Front doors are optional
-// too, each its own process: pgpool-II load-balancing reads between the
-// primary and the standby, HAProxy instances in TCP mode, and socat relays
-// that serve the primary's TCP port on a local unix socket as the Cloud SQL
-// Auth Proxy does; their programs are needed only when asked for.
+// standby made with pg_basebackup -R is optional. Extensions
+// ([Options.Extensions]) add further processes that the lab starts after
+// its servers and stops with them, without knowing what they are: the
+// front doors that tests put between a client and the primary (pgpool-II,
+// HAProxy, socat relays) live in internal/lab/labtest, which the leasectl
+// binary does not link.
 // With Options.HA the lab is a high-availability cluster instead: one etcd
 // member, two PostgreSQL nodes managed by Patroni (node1 bootstraps as the
 // primary, node2 streams from it) and HAProxy routing a primary and a
@@ -19,7 +20,7 @@
 // [Lab.KillPrimary] and [Lab.ReviveNode] change the primary as an operator
 // or a dead machine would, and [Lab.HAPrimary] tells which node it is now.
 // PostgreSQL and PgBouncer both refuse to run as root, so on Linux, when the
-// caller is root, the servers (and the front doors, alike) run as the
+// caller is root, the servers (and the extensions' daemons, alike) run as the
 // unprivileged "postgres" user that Debian's packages create, and their
 // files live in a temporary directory that user owns.
 //

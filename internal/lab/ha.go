@@ -250,7 +250,7 @@ func (l *Lab) startHA(ctx context.Context, spec HASpec, pgPorts [2]int, ports []
 	if out, err := exec.CommandContext(ctx, l.Bin.Patroni, "--version").CombinedOutput(); err == nil {
 		ha.PatroniVersion = strings.TrimSpace(string(out))
 	}
-	etcdDir, err := l.frontDoorDir("etcd")
+	etcdDir, err := l.MakeDir("etcd")
 	if err != nil {
 		return err
 	}
@@ -266,7 +266,7 @@ func (l *Lab) startHA(ctx context.Context, spec HASpec, pgPorts [2]int, ports []
 	}
 	for i := 0; i < 2; i++ {
 		name := fmt.Sprintf("node%d", i+1)
-		dir, err := l.frontDoorDir(name)
+		dir, err := l.MakeDir(name)
 		if err != nil {
 			return err
 		}
@@ -277,8 +277,8 @@ func (l *Lab) startHA(ctx context.Context, spec HASpec, pgPorts [2]int, ports []
 		if err := l.chown(sock); err != nil {
 			return err
 		}
-		if p := filepath.Join(sock, ".s.PGSQL."+strconv.Itoa(pgPorts[i])); len(p) > maxSocketPath {
-			return fmt.Errorf("HA lab: the socket path %s is longer than the %d bytes a unix socket may have: use a shorter TMPDIR", p, maxSocketPath)
+		if p := filepath.Join(sock, ".s.PGSQL."+strconv.Itoa(pgPorts[i])); len(p) > MaxSocketPath {
+			return fmt.Errorf("HA lab: the socket path %s is longer than the %d bytes a unix socket may have: use a shorter TMPDIR", p, MaxSocketPath)
 		}
 		ha.Nodes = append(ha.Nodes, HANode{
 			Name: name,
@@ -294,7 +294,7 @@ func (l *Lab) startHA(ctx context.Context, spec HASpec, pgPorts [2]int, ports []
 			PatroniLog: filepath.Join(dir, "patroni.log"),
 		})
 	}
-	routerDir, err := l.frontDoorDir("haproxy-ha")
+	routerDir, err := l.MakeDir("haproxy-ha")
 	if err != nil {
 		return err
 	}
@@ -306,8 +306,8 @@ func (l *Lab) startHA(ctx context.Context, spec HASpec, pgPorts [2]int, ports []
 		PIDFile:     filepath.Join(routerDir, "haproxy.pid"),
 		LogFile:     filepath.Join(routerDir, "haproxy.log"),
 	}
-	if len(ha.Router.StatsSocket) > maxSocketPath {
-		return fmt.Errorf("HA lab: the socket path %s is longer than the %d bytes a unix socket may have: use a shorter TMPDIR", ha.Router.StatsSocket, maxSocketPath)
+	if len(ha.Router.StatsSocket) > MaxSocketPath {
+		return fmt.Errorf("HA lab: the socket path %s is longer than the %d bytes a unix socket may have: use a shorter TMPDIR", ha.Router.StatsSocket, MaxSocketPath)
 	}
 	if out, err := exec.CommandContext(ctx, l.Bin.HAProxy, "-v").CombinedOutput(); err == nil {
 		ha.Router.Version = strings.TrimSpace(strings.SplitN(string(out), "\n", 2)[0])
@@ -321,14 +321,14 @@ func (l *Lab) startHA(ctx context.Context, spec HASpec, pgPorts [2]int, ports []
 		if err != nil {
 			return err
 		}
-		if err := l.writeFile(ha.Nodes[i].ConfigFile, conf); err != nil {
+		if err := l.WriteFile(ha.Nodes[i].ConfigFile, conf); err != nil {
 			return err
 		}
 	}
-	if err := l.writeFile(ha.Router.ConfigFile, l.haRouterConf()); err != nil {
+	if err := l.WriteFile(ha.Router.ConfigFile, l.haRouterConf()); err != nil {
 		return err
 	}
-	if _, err := l.run(ctx, l.Bin.HAProxy, "-c", "-f", ha.Router.ConfigFile); err != nil {
+	if _, err := l.Run(ctx, l.Bin.HAProxy, "-c", "-f", ha.Router.ConfigFile); err != nil {
 		return fmt.Errorf("haproxy refuses the configuration the lab wrote for it (check the HA spec's check settings): %w", err)
 	}
 	if err := l.save(); err != nil { // from here on `lab down` can clean up
@@ -339,7 +339,7 @@ func (l *Lab) startHA(ctx context.Context, spec HASpec, pgPorts [2]int, ports []
 		return err
 	}
 	node1, node2 := &ha.Nodes[0], &ha.Nodes[1]
-	l.logf("start patroni %s: bootstrap PostgreSQL on 127.0.0.1:%d (REST API on %d)", node1.Name, node1.Port, node1.RESTPort)
+	l.Logf("start patroni %s: bootstrap PostgreSQL on 127.0.0.1:%d (REST API on %d)", node1.Name, node1.Port, node1.RESTPort)
 	if err := l.startPatroni(node1); err != nil {
 		return err
 	}
@@ -349,7 +349,7 @@ func (l *Lab) startHA(ctx context.Context, spec HASpec, pgPorts [2]int, ports []
 	if err := droppedSettings(node1.PatroniLog); err != nil {
 		return err
 	}
-	l.logf("start patroni %s: clone %s and stream from it, on 127.0.0.1:%d (REST API on %d)", node2.Name, node1.Name, node2.Port, node2.RESTPort)
+	l.Logf("start patroni %s: clone %s and stream from it, on 127.0.0.1:%d (REST API on %d)", node2.Name, node1.Name, node2.Port, node2.RESTPort)
 	if err := l.startPatroni(node2); err != nil {
 		return err
 	}
@@ -359,7 +359,7 @@ func (l *Lab) startHA(ctx context.Context, spec HASpec, pgPorts [2]int, ports []
 	if err := l.startRouter(ctx); err != nil {
 		return err
 	}
-	l.logf("HA lab ready in %.1fs: %s primary, %s streaming, haproxy primary on %d, replicas on %d",
+	l.Logf("HA lab ready in %.1fs: %s primary, %s streaming, haproxy primary on %d, replicas on %d",
 		time.Since(began).Seconds(), node1.Name, node2.Name, ha.Router.PrimaryPort, ha.Router.ReplicaPort)
 	return nil
 }
@@ -390,8 +390,8 @@ func (l *Lab) startEtcd(ctx context.Context) error {
 		"--logger", "zap",
 		"--log-outputs", "stderr",
 	}
-	l.logf("start etcd on 127.0.0.1:%d (peer port %d)", e.ClientPort, e.PeerPort)
-	pid, err := l.spawn(filepath.Dir(e.DataDir), l.Bin.Etcd, args, e.LogFile, e.PIDFile)
+	l.Logf("start etcd on 127.0.0.1:%d (peer port %d)", e.ClientPort, e.PeerPort)
+	pid, err := l.Spawn(filepath.Dir(e.DataDir), l.Bin.Etcd, args, e.LogFile, e.PIDFile)
 	if err != nil {
 		return err
 	}
@@ -399,8 +399,8 @@ func (l *Lab) startEtcd(ctx context.Context) error {
 		code, body, err := httpGet(ctx, e.ClientPort, "/health", time.Second)
 		return err == nil && code == 200 && strings.Contains(string(body), `"true"`), nil
 	}
-	if err := waitProcess(ctx, pid, healthy, 30*time.Second); err != nil {
-		return fmt.Errorf("etcd on port %d did not become healthy: %w\n%s%s", e.ClientPort, err, logProblems(e.LogFile, 5), tail(e.LogFile, 10))
+	if err := WaitProcess(ctx, pid, healthy, 30*time.Second); err != nil {
+		return fmt.Errorf("etcd on port %d did not become healthy: %w\n%s%s", e.ClientPort, err, LogProblems(e.LogFile, 5), tail(e.LogFile, 10))
 	}
 	return nil
 }
@@ -408,7 +408,7 @@ func (l *Lab) startEtcd(ctx context.Context) error {
 // startPatroni starts n's Patroni in the foreground of a session of its
 // own; it starts n's PostgreSQL, which it puts in a session of its own too.
 func (l *Lab) startPatroni(n *HANode) error {
-	_, err := l.spawn(filepath.Dir(n.ConfigFile), l.Bin.Patroni, []string{n.ConfigFile}, n.PatroniLog, n.PIDFile)
+	_, err := l.Spawn(filepath.Dir(n.ConfigFile), l.Bin.Patroni, []string{n.ConfigFile}, n.PatroniLog, n.PIDFile)
 	return err
 }
 
@@ -581,8 +581,8 @@ defaults
 // sends clients to node1 alone and its replicas listener to node2 alone.
 func (l *Lab) startRouter(ctx context.Context) error {
 	r := &l.HA.Router
-	l.logf("start haproxy: primary on 127.0.0.1:%d, replicas on 127.0.0.1:%d (checks: %s)", r.PrimaryPort, r.ReplicaPort, r.Checks)
-	pid, err := l.spawn(filepath.Dir(r.ConfigFile), l.Bin.HAProxy, []string{"-db", "-f", r.ConfigFile}, r.LogFile, r.PIDFile)
+	l.Logf("start haproxy: primary on 127.0.0.1:%d, replicas on 127.0.0.1:%d (checks: %s)", r.PrimaryPort, r.ReplicaPort, r.Checks)
+	pid, err := l.Spawn(filepath.Dir(r.ConfigFile), l.Bin.HAProxy, []string{"-db", "-f", r.ConfigFile}, r.LogFile, r.PIDFile)
 	if err != nil {
 		return err
 	}
@@ -594,7 +594,7 @@ func (l *Lab) startRouter(ctx context.Context) error {
 		}
 		return sameNodes(routes["primary"], primary) && sameNodes(routes["replicas"], replica), nil
 	}
-	if err := waitProcess(ctx, pid, routed, 30*time.Second); err != nil {
+	if err := WaitProcess(ctx, pid, routed, 30*time.Second); err != nil {
 		routes, _ := l.HAProxyRoutes()
 		return fmt.Errorf("haproxy did not route primary to %s and replicas to %s (routes now: %v): %w\n%s", primary, replica, routes, err, tail(r.LogFile, 15))
 	}
@@ -673,13 +673,13 @@ func (l *Lab) HAReplicaDSN() string {
 }
 
 // PatroniPID returns the pid of n's running Patroni, or 0.
-func PatroniPID(n *HANode) int { return pidFromFile(n.PIDFile) }
+func PatroniPID(n *HANode) int { return PIDFromFile(n.PIDFile) }
 
 // EtcdPID returns the pid of the running etcd member, or 0.
-func EtcdPID(e *EtcdMember) int { return pidFromFile(e.PIDFile) }
+func EtcdPID(e *EtcdMember) int { return PIDFromFile(e.PIDFile) }
 
 // RouterPID returns the pid of the HA HAProxy, or 0.
-func RouterPID(r *HARouter) int { return pidFromFile(r.PIDFile) }
+func RouterPID(r *HARouter) int { return PIDFromFile(r.PIDFile) }
 
 // PatroniRole asks n's Patroni for the role of its PostgreSQL: "primary",
 // "replica", or another word Patroni uses ("uninitialized", ...). Patroni
@@ -809,7 +809,7 @@ func (l *Lab) Switchover(ctx context.Context) (*HAChange, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.logf("switchover from %s to %s", from.Name, to.Name)
+	l.Logf("switchover from %s to %s", from.Name, to.Name)
 	begin := time.Now()
 	body, _ := json.Marshal(map[string]string{"leader": from.Name, "candidate": to.Name})
 	code, answer, err := httpDo(ctx, http.MethodPost, from.RESTPort, "/switchover", body, 90*time.Second)
@@ -830,7 +830,7 @@ func (l *Lab) Switchover(ctx context.Context) (*HAChange, error) {
 		return ch, fmt.Errorf("after the switchover: %w", err)
 	}
 	ch.Rejoined = time.Since(begin)
-	l.logf("switchover done: %s writable after %v, routed after %v, %s streaming after %v", to.Name, ch.Writable.Round(time.Millisecond), ch.Routed.Round(time.Millisecond), from.Name, ch.Rejoined.Round(time.Millisecond))
+	l.Logf("switchover done: %s writable after %v, routed after %v, %s streaming after %v", to.Name, ch.Writable.Round(time.Millisecond), ch.Routed.Round(time.Millisecond), from.Name, ch.Rejoined.Round(time.Millisecond))
 	return ch, nil
 }
 
@@ -848,7 +848,7 @@ func (l *Lab) KillPrimary(ctx context.Context) (*HAChange, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.logf("kill %s (patroni and postgres, SIGKILL)", from.Name)
+	l.Logf("kill %s (patroni and postgres, SIGKILL)", from.Name)
 	begin := time.Now()
 	if err := l.KillNode(from.Name); err != nil {
 		return nil, err
@@ -857,7 +857,7 @@ func (l *Lab) KillPrimary(ctx context.Context) (*HAChange, error) {
 	if err != nil {
 		return ch, err
 	}
-	l.logf("%s took over: writable after %v, routed after %v", to.Name, ch.Writable.Round(time.Millisecond), ch.Routed.Round(time.Millisecond))
+	l.Logf("%s took over: writable after %v, routed after %v", to.Name, ch.Writable.Round(time.Millisecond), ch.Routed.Round(time.Millisecond))
 	return ch, nil
 }
 
@@ -875,7 +875,7 @@ func (l *Lab) KillNode(name string) error {
 	}
 	var errs []error
 	if pid := PatroniPID(n); pid > 0 {
-		errs = append(errs, stopGroup(pid, syscall.SIGKILL, 5*time.Second))
+		errs = append(errs, StopGroup(pid, syscall.SIGKILL, 5*time.Second))
 	}
 	// The postmaster first, so that it forks nothing more; then its
 	// children, which all work in the data directory.
@@ -917,7 +917,7 @@ func (l *Lab) ReviveNode(ctx context.Context, name string) (time.Duration, error
 	if left := ProcessesUsing(filepath.Dir(n.ConfigFile)); len(left) > 0 {
 		return 0, fmt.Errorf("%s's patroni is dead but processes of its PostgreSQL run (%v): kill them first (lab.KillNode)", n.Name, left)
 	}
-	l.logf("revive %s", n.Name)
+	l.Logf("revive %s", n.Name)
 	begin := time.Now()
 	if err := l.startPatroni(n); err != nil {
 		return 0, err
@@ -939,7 +939,7 @@ func (l *Lab) ReviveNode(ctx context.Context, name string) (time.Duration, error
 		return l.streams(ctx, other, n)
 	}
 	if err := poll(ctx, 3*time.Minute, back); err != nil {
-		return 0, fmt.Errorf("%s did not come back as a streaming replica or as the primary: %w\n%s%s", n.Name, err, logProblems(n.PatroniLog, 5), tail(n.PatroniLog, 15))
+		return 0, fmt.Errorf("%s did not come back as a streaming replica or as the primary: %w\n%s%s", n.Name, err, LogProblems(n.PatroniLog, 5), tail(n.PatroniLog, 15))
 	}
 	if primary {
 		if err := l.waitRouted(ctx, n, 30*time.Second); err != nil {
@@ -949,7 +949,7 @@ func (l *Lab) ReviveNode(ctx context.Context, name string) (time.Duration, error
 		return 0, err
 	}
 	took := time.Since(begin)
-	l.logf("%s is back after %v", n.Name, took.Round(time.Millisecond))
+	l.Logf("%s is back after %v", n.Name, took.Round(time.Millisecond))
 	return took, nil
 }
 
@@ -988,7 +988,7 @@ func (l *Lab) followPromotion(ctx context.Context, from, to *HANode, begin time.
 		return true, l.acceptsWrite(ctx, to)
 	}
 	if err := poll(ctx, limit, promoted); err != nil {
-		return ch, fmt.Errorf("%s did not become a writable primary within %v: %w\n%s%s", to.Name, limit, err, logProblems(to.PatroniLog, 5), tail(to.PatroniLog, 15))
+		return ch, fmt.Errorf("%s did not become a writable primary within %v: %w\n%s%s", to.Name, limit, err, LogProblems(to.PatroniLog, 5), tail(to.PatroniLog, 15))
 	}
 	ch.Writable = time.Since(begin)
 	l.Primary = to.Server
@@ -1017,7 +1017,7 @@ func (l *Lab) waitWritable(ctx context.Context, n *HANode, limit time.Duration) 
 		return true, l.acceptsWrite(ctx, n)
 	}
 	if err := poll(ctx, limit, ready); err != nil {
-		return fmt.Errorf("patroni %s did not bring up a writable primary on port %d: %w\n%s%s", n.Name, n.Port, err, logProblems(n.PatroniLog, 5), tail(n.PatroniLog, 15))
+		return fmt.Errorf("patroni %s did not bring up a writable primary on port %d: %w\n%s%s", n.Name, n.Port, err, LogProblems(n.PatroniLog, 5), tail(n.PatroniLog, 15))
 	}
 	return nil
 }
@@ -1044,7 +1044,7 @@ func (l *Lab) waitStreaming(ctx context.Context, primary, replica *HANode, limit
 		return err == nil, err
 	}
 	if err := poll(ctx, limit, ready); err != nil {
-		return fmt.Errorf("%s does not stream from %s: %w\n%s%s", replica.Name, primary.Name, err, logProblems(replica.PatroniLog, 5), tail(replica.PatroniLog, 15))
+		return fmt.Errorf("%s does not stream from %s: %w\n%s%s", replica.Name, primary.Name, err, LogProblems(replica.PatroniLog, 5), tail(replica.PatroniLog, 15))
 	}
 	return nil
 }
@@ -1235,7 +1235,7 @@ func (l *Lab) haStatus() []Component {
 	ha := l.HA
 	var out []Component
 	add := func(name, kind, role string, port, pid int) {
-		out = append(out, Component{Name: name, Kind: kind, Role: role, Port: port, PID: pid, Up: pid > 0 && dialOK(port)})
+		out = append(out, Component{Name: name, Kind: kind, Role: role, Port: port, PID: pid, Up: pid > 0 && DialOK(port)})
 	}
 	add("etcd", "etcd", "", ha.Etcd.ClientPort, EtcdPID(&ha.Etcd))
 	roles := make([]string, len(ha.Nodes))
@@ -1289,7 +1289,7 @@ func (l *Lab) stopRouterAndPatroni() []error {
 	}
 	var errs []error
 	if pid := RouterPID(&l.HA.Router); pid > 0 {
-		errs = append(errs, stopGroup(pid, syscall.SIGTERM, 5*time.Second))
+		errs = append(errs, StopGroup(pid, syscall.SIGTERM, 5*time.Second))
 	}
 	results := make([]error, len(l.HA.Nodes))
 	var wg sync.WaitGroup
@@ -1301,7 +1301,7 @@ func (l *Lab) stopRouterAndPatroni() []error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = stopGroup(pid, syscall.SIGTERM, 30*time.Second)
+			results[i] = StopGroup(pid, syscall.SIGTERM, 30*time.Second)
 		}()
 	}
 	wg.Wait()
@@ -1314,7 +1314,7 @@ func (l *Lab) stopEtcd() error {
 		return nil
 	}
 	if pid := EtcdPID(&l.HA.Etcd); pid > 0 {
-		return stopGroup(pid, syscall.SIGTERM, 10*time.Second)
+		return StopGroup(pid, syscall.SIGTERM, 10*time.Second)
 	}
 	return nil
 }

@@ -84,21 +84,16 @@ type Options struct {
 	// HBA are extra pg_hba.conf lines for primary and standby, e.g. to admit
 	// clients from a network namespace: "host all all 10.0.0.0/8 scram-sha-256".
 	HBA []string
-	// PgPool, when set, starts pgpool-II in front of the primary and the
-	// standby, with load balancing on; it needs Standby.
-	PgPool *PgPoolSpec
-	// HAProxy are HAProxy instances in TCP mode to start, each in front of
-	// the servers its spec names.
-	HAProxy []HAProxySpec
-	// Relays are the names of socat relays to start: unix sockets that
-	// forward to the primary's TCP port.
-	Relays []string
+	// Extensions are further parts of the lab, started after the servers
+	// and poolers and stopped before them (see [Extension]); the test
+	// front doors of internal/lab/labtest are some.
+	Extensions []Extension
 	// HA, when set, starts a high-availability cluster instead of a primary
 	// the lab runs itself: etcd, two PostgreSQL nodes managed by Patroni
 	// (node1 the primary, node2 its streaming replica) and HAProxy routing
 	// by Patroni's health checks; see [HASpec]. Standby is implied, the
-	// poolers connect through HAProxy's primary listener, and the other
-	// front doors point at the nodes as they were at start. Settings reach
+	// poolers connect through HAProxy's primary listener, and extensions
+	// see the nodes as they were at start. Settings reach
 	// both nodes through Patroni, except listen_addresses and port, which
 	// Patroni sets on the command line.
 	HA *HASpec
@@ -123,8 +118,8 @@ type Pooler struct {
 	LogFile    string `json:"log_file"`
 }
 
-// Lab is a running throwaway PostgreSQL cluster with its poolers and front
-// doors.
+// Lab is a running throwaway PostgreSQL cluster with its poolers and
+// extensions.
 type Lab struct {
 	// Dir keeps lab.json and the pgpass file.
 	Dir string `json:"dir"`
@@ -149,12 +144,6 @@ type Lab struct {
 	Poolers  []Pooler          `json:"poolers"`
 	Settings map[string]string `json:"settings,omitempty"`
 	HBA      []string          `json:"hba,omitempty"`
-	// PgPool is the lab's pgpool-II; nil when it has none.
-	PgPool *PgPool `json:"pgpool,omitempty"`
-	// HAProxies are the lab's HAProxy instances.
-	HAProxies []HAProxy `json:"haproxy,omitempty"`
-	// Relays are the lab's socat relays.
-	Relays []Relay `json:"relays,omitempty"`
 	// HA is the lab's etcd, Patroni nodes and HAProxy; nil unless started
 	// with Options.HA. In an HA lab, Primary and Standby are copies of the
 	// nodes' Servers: Primary is the node that was the primary when the lab
@@ -164,11 +153,15 @@ type Lab struct {
 	// HAPrimary which node is the primary now.
 	HA *HA `json:"ha,omitempty"`
 	// Ports are the loopback ports this lab reserved for its servers,
-	// poolers and front doors (see reservePorts); Stop releases them.
+	// poolers and extensions (see reservePorts); Stop releases them.
 	Ports []int `json:"ports,omitempty"`
+	// ExtensionState is the state of each extension by name, as the lab
+	// last saved it; see [Lab.Attach].
+	ExtensionState map[string]json.RawMessage `json:"extensions,omitempty"`
 
 	cred *credential
 	log  io.Writer
+	ext  []Extension
 }
 
 // credential is the OS user that the servers run as when it is not the
@@ -211,16 +204,14 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 		if err := checkHA(*opts.HA); err != nil {
 			return nil, err
 		}
-		opts.Standby = true // node2, for the front doors that name the standby
+		opts.Standby = true // node2, for extensions that need a standby
 	}
-	if err := checkFrontDoors(opts); err != nil {
+	extPorts, err := checkExtensions(opts)
+	if err != nil {
 		return nil, err
 	}
 	bin, err := FindBinaries()
 	if err != nil {
-		return nil, err
-	}
-	if err := findFrontDoorBinaries(&bin, opts); err != nil {
 		return nil, err
 	}
 	if opts.HA != nil {
@@ -232,7 +223,8 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	if err != nil {
 		return nil, err
 	}
-	l = &Lab{User: "postgres", OSUser: osUser, Bin: bin, Settings: opts.Settings, HBA: opts.HBA, cred: cred, log: opts.Log}
+	l = &Lab{User: "postgres", OSUser: osUser, Bin: bin, Settings: opts.Settings, HBA: opts.HBA, cred: cred, log: opts.Log,
+		ext: append([]Extension(nil), opts.Extensions...)}
 	if l.log == nil {
 		l.log = io.Discard
 	}
@@ -282,7 +274,11 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 	if opts.HA != nil {
 		nHA = haPorts
 	}
-	ports, err := reservePorts(l.RunDir, 2+nPoolers+frontDoorPorts(opts)+nHA)
+	nExt := 0
+	for _, n := range extPorts {
+		nExt += n
+	}
+	ports, err := reservePorts(l.RunDir, 2+nPoolers+nExt+nHA)
 	if err != nil {
 		return l, err
 	}
@@ -294,7 +290,7 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 			return l, err
 		}
 	} else {
-		l.Primary = l.newServer("primary", ports[0])
+		l.Primary = l.NewServer("primary", ports[0])
 		if err := l.initPrimary(ctx, password); err != nil {
 			return l, err
 		}
@@ -306,7 +302,7 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 		}
 	}
 	if opts.Standby && opts.HA == nil {
-		sb := l.newServer("standby", ports[1])
+		sb := l.NewServer("standby", ports[1])
 		l.Standby = &sb
 		if err := l.initStandby(ctx); err != nil {
 			return l, err
@@ -324,7 +320,7 @@ func Start(ctx context.Context, opts Options) (l *Lab, err error) {
 			return l, err
 		}
 	}
-	if err := l.startFrontDoors(ctx, opts, ports[2+nPoolers:], password); err != nil {
+	if err := l.startExtensions(ctx, extPorts, ports[2+nPoolers:], password); err != nil {
 		return l, err
 	}
 	return l, l.save()
@@ -371,6 +367,9 @@ func Load(dir string) (*Lab, error) {
 }
 
 func (l *Lab) save() error {
+	if err := l.saveExtensions(); err != nil {
+		return err
+	}
 	data, err := json.MarshalIndent(l, "", "  ")
 	if err != nil {
 		return err
@@ -378,7 +377,8 @@ func (l *Lab) save() error {
 	return os.WriteFile(filepath.Join(l.Dir, stateFile), append(data, '\n'), 0o600)
 }
 
-func (l *Lab) logf(format string, args ...any) {
+// Logf writes one progress line to the lab's log (see Options.Log).
+func (l *Lab) Logf(format string, args ...any) {
 	fmt.Fprintf(l.log, format+"\n", args...)
 }
 
@@ -445,7 +445,9 @@ func (l *Lab) Password() (string, error) {
 
 // ---- servers ----
 
-func (l *Lab) newServer(name string, port int) Server {
+// NewServer is the Server called name of the lab's run dir, on port: its
+// data directory, socket directory and log file do not depend on the port.
+func (l *Lab) NewServer(name string, port int) Server {
 	return Server{
 		Port:      port,
 		DataDir:   filepath.Join(l.RunDir, name),
@@ -455,22 +457,29 @@ func (l *Lab) newServer(name string, port int) Server {
 }
 
 func (l *Lab) initPrimary(ctx context.Context, password string) error {
-	pwfile := filepath.Join(l.RunDir, "pwfile")
-	if err := l.writeFile(pwfile, password+"\n"); err != nil {
+	l.Logf("initdb %s", l.Primary.DataDir)
+	return l.InitServer(ctx, &l.Primary, password)
+}
+
+// InitServer creates s, a server of the lab's run dir (see NewServer),
+// with initdb as the primary is created: the same superuser and password,
+// trust on the unix socket and SCRAM over TCP, and the lab's settings.
+func (l *Lab) InitServer(ctx context.Context, s *Server, password string) error {
+	pwfile := filepath.Join(l.RunDir, "pwfile-"+filepath.Base(s.DataDir))
+	if err := l.WriteFile(pwfile, password+"\n"); err != nil {
 		return err
 	}
 	defer os.Remove(pwfile)
-	l.logf("initdb %s", l.Primary.DataDir)
-	if _, err := l.run(ctx, l.Bin.Initdb, "-D", l.Primary.DataDir, "-U", l.User, "--pwfile", pwfile,
+	if _, err := l.Run(ctx, l.Bin.Initdb, "-D", s.DataDir, "-U", l.User, "--pwfile", pwfile,
 		"--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--locale=C", "--no-sync"); err != nil {
 		return err
 	}
-	return l.writeServerConf(&l.Primary)
+	return l.writeServerConf(s)
 }
 
 func (l *Lab) initStandby(ctx context.Context) error {
-	l.logf("pg_basebackup -R %s", l.Standby.DataDir)
-	if _, err := l.run(ctx, l.Bin.PgBasebackup, "-h", l.Primary.SocketDir, "-p", strconv.Itoa(l.Primary.Port),
+	l.Logf("pg_basebackup -R %s", l.Standby.DataDir)
+	if _, err := l.Run(ctx, l.Bin.PgBasebackup, "-h", l.Primary.SocketDir, "-p", strconv.Itoa(l.Primary.Port),
 		"-U", l.User, "-D", l.Standby.DataDir, "-R", "-X", "stream", "--no-sync", "-c", "fast"); err != nil {
 		return err
 	}
@@ -534,8 +543,8 @@ func appendFile(path, text string) error {
 }
 
 func (l *Lab) startServer(ctx context.Context, s *Server) error {
-	l.logf("start postgres on 127.0.0.1:%d", s.Port)
-	if _, err := l.run(ctx, l.Bin.PgCtl, "start", "-D", s.DataDir, "-l", s.LogFile, "-w", "-t", "60", "-s"); err != nil {
+	l.Logf("start postgres on 127.0.0.1:%d", s.Port)
+	if _, err := l.Run(ctx, l.Bin.PgCtl, "start", "-D", s.DataDir, "-l", s.LogFile, "-w", "-t", "60", "-s"); err != nil {
 		return fmt.Errorf("%w\n%s", err, tail(s.LogFile, 15))
 	}
 	return nil
@@ -545,7 +554,7 @@ func (l *Lab) startServer(ctx context.Context, s *Server) error {
 // or "immediate") and waits until it is gone. In an HA lab the node's
 // Patroni starts it again: use KillNode to take a node down.
 func (l *Lab) StopServer(ctx context.Context, s *Server, mode string) error {
-	_, err := l.run(ctx, l.Bin.PgCtl, "stop", "-D", s.DataDir, "-m", mode, "-w", "-t", "30", "-s")
+	_, err := l.Run(ctx, l.Bin.PgCtl, "stop", "-D", s.DataDir, "-m", mode, "-w", "-t", "30", "-s")
 	return err
 }
 
@@ -577,7 +586,7 @@ func (l *Lab) Promote(ctx context.Context) error {
 	if l.Standby == nil {
 		return errors.New("this lab has no standby")
 	}
-	_, err := l.run(ctx, l.Bin.PgCtl, "promote", "-D", l.Standby.DataDir, "-w", "-t", "60", "-s")
+	_, err := l.Run(ctx, l.Bin.PgCtl, "promote", "-D", l.Standby.DataDir, "-w", "-t", "60", "-s")
 	return err
 }
 
@@ -618,14 +627,14 @@ func (l *Lab) startPooler(ctx context.Context, spec PoolerSpec, port int, passwo
 		PIDFile:    filepath.Join(dir, "pgbouncer.pid"),
 		LogFile:    filepath.Join(dir, "pgbouncer.log"),
 	}
-	if err := l.writeFile(filepath.Join(dir, "userlist.txt"), userlistLine(l.User, password)); err != nil {
+	if err := l.WriteFile(filepath.Join(dir, "userlist.txt"), userlistLine(l.User, password)); err != nil {
 		return nil, err
 	}
-	if err := l.writeFile(p.ConfigFile, l.poolerINI(p)); err != nil {
+	if err := l.WriteFile(p.ConfigFile, l.poolerINI(p)); err != nil {
 		return nil, err
 	}
-	l.logf("start pgbouncer %s (pool_mode=%s, pool_size=%d) on 127.0.0.1:%d", spec.Name, spec.Mode, spec.PoolSize, port)
-	if _, err := l.run(ctx, l.Bin.PgBouncer, "-d", p.ConfigFile); err != nil {
+	l.Logf("start pgbouncer %s (pool_mode=%s, pool_size=%d) on 127.0.0.1:%d", spec.Name, spec.Mode, spec.PoolSize, port)
+	if _, err := l.Run(ctx, l.Bin.PgBouncer, "-d", p.ConfigFile); err != nil {
 		return p, fmt.Errorf("%w\n%s", err, tail(p.LogFile, 15))
 	}
 	if err := waitTCP(ctx, port, 15*time.Second); err != nil {
@@ -634,9 +643,9 @@ func (l *Lab) startPooler(ctx context.Context, spec PoolerSpec, port int, passwo
 	return p, nil
 }
 
-// poolerTarget is the port the poolers connect to: the primary's, or in an
+// PoolerTarget is the port the poolers connect to: the primary's, or in an
 // HA lab HAProxy's primary listener, so that they follow a failover.
-func (l *Lab) poolerTarget() int {
+func (l *Lab) PoolerTarget() int {
 	if l.HA != nil {
 		return l.HA.Router.PrimaryPort
 	}
@@ -667,7 +676,7 @@ pidfile = %s
 logfile = %s
 log_connections = 0
 log_disconnections = 0
-`, l.poolerTarget(), p.Port, filepath.Join(dir, "userlist.txt"), l.User, p.Mode, p.PoolSize, p.PIDFile, p.LogFile)
+`, l.PoolerTarget(), p.Port, filepath.Join(dir, "userlist.txt"), l.User, p.Mode, p.PoolSize, p.PIDFile, p.LogFile)
 	keys := make([]string, 0, len(p.Settings))
 	for k := range p.Settings {
 		keys = append(keys, k)
@@ -684,6 +693,26 @@ log_disconnections = 0
 // it with SIGHUP, as an operator would: the pooler keeps running and its
 // clients stay connected. It returns once the pooler has logged the reload.
 func (l *Lab) ReconfigurePooler(name string, change func(*PoolerSpec)) error {
+	return l.ReloadPooler(name, func(p *Pooler) error {
+		change(&p.PoolerSpec)
+		if p.PoolSize <= 0 {
+			p.PoolSize = 20
+		}
+		if err := l.WriteFile(p.ConfigFile, l.poolerINI(p)); err != nil {
+			return err
+		}
+		if err := l.save(); err != nil {
+			return err
+		}
+		l.Logf("reload pgbouncer %s (pool_mode=%s, pool_size=%d)", p.Name, p.Mode, p.PoolSize)
+		return nil
+	})
+}
+
+// ReloadPooler has edit change the files of the running pooler called name
+// and then reloads it with SIGHUP, returning once the pooler has logged
+// the reload.
+func (l *Lab) ReloadPooler(name string, edit func(*Pooler) error) error {
 	p := l.Pooler(name)
 	if p == nil {
 		return fmt.Errorf("no pooler %q in this lab", name)
@@ -692,19 +721,11 @@ func (l *Lab) ReconfigurePooler(name string, change func(*PoolerSpec)) error {
 	if pid == 0 {
 		return fmt.Errorf("pooler %s is not running", name)
 	}
-	change(&p.PoolerSpec)
-	if p.PoolSize <= 0 {
-		p.PoolSize = 20
-	}
-	if err := l.writeFile(p.ConfigFile, l.poolerINI(p)); err != nil {
-		return err
-	}
-	if err := l.save(); err != nil {
-		return err
-	}
 	before := strings.Count(readFile(p.LogFile), "got SIGHUP")
-	l.logf("reload pgbouncer %s (pool_mode=%s, pool_size=%d)", p.Name, p.Mode, p.PoolSize)
-	if err := sendSignal(pid, syscall.SIGHUP); err != nil {
+	if err := edit(p); err != nil {
+		return err
+	}
+	if err := Signal(pid, syscall.SIGHUP); err != nil {
 		return fmt.Errorf("reload pooler %s: %w", name, err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); strings.Count(readFile(p.LogFile), "got SIGHUP") == before; {
@@ -737,8 +758,8 @@ func PoolerPID(p *Pooler) int {
 // ---- roles ----
 
 // AddLogin records the password of an extra login role in the pgpass file,
-// in every pooler's auth file and in pgpool-II's pool_passwd, so that DSNs
-// for that role work. The role itself is created with SQL by the caller.
+// in every pooler's auth file and in each extension (pgpool-II's
+// pool_passwd, say), so that DSNs for that role work. The role itself is created with SQL by the caller.
 func (l *Lab) AddLogin(role, password string) error {
 	f, err := os.OpenFile(l.PassFile, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
@@ -763,10 +784,15 @@ func (l *Lab) AddLogin(role, password string) error {
 			return err
 		}
 		if pid := PoolerPID(&p); pid > 0 {
-			_ = sendSignal(pid, syscall.SIGHUP) // re-read auth_file
+			_ = Signal(pid, syscall.SIGHUP) // re-read auth_file
 		}
 	}
-	return l.addFrontDoorLogin(role, password)
+	for _, e := range l.ext {
+		if err := e.AddLogin(role, password); err != nil {
+			return fmt.Errorf("%s: %w", e.Name(), err)
+		}
+	}
+	return nil
 }
 
 // ---- status and stop ----
@@ -775,10 +801,11 @@ func (l *Lab) AddLogin(role, password string) error {
 type Component struct {
 	Name string `json:"name"`
 	Kind string `json:"kind"`
-	// Port is the TCP port on 127.0.0.1, or for a relay the number in its
-	// socket's name.
+	// Port is the TCP port on 127.0.0.1, or for a process that listens on
+	// a unix socket the number in its socket's name.
 	Port int `json:"port"`
-	// Socket is the unix socket of a relay; empty for the others.
+	// Socket is the unix socket of a process that listens on one instead
+	// of a TCP port (a relay of internal/lab/labtest); empty for the others.
 	Socket string `json:"socket,omitempty"`
 	// Role is, in an HA lab, the role of a node as its Patroni reports it
 	// ("primary", "replica"; empty when Patroni does not answer), and the
@@ -790,12 +817,12 @@ type Component struct {
 
 // Status reports each process of the lab (servers, or in an HA lab etcd,
 // each node's Patroni and PostgreSQL and the HAProxy listeners; then
-// poolers, pgpool-II, HAProxy instances and relays): its pid and whether its
+// poolers, then each extension's): its pid and whether its
 // port or socket accepts connections.
 func (l *Lab) Status() []Component {
 	var out []Component
 	add := func(name, kind string, port, pid int) {
-		out = append(out, Component{Name: name, Kind: kind, Port: port, PID: pid, Up: pid > 0 && dialOK(port)})
+		out = append(out, Component{Name: name, Kind: kind, Port: port, PID: pid, Up: pid > 0 && DialOK(port)})
 	}
 	if l.HA != nil {
 		out = l.haStatus()
@@ -809,7 +836,10 @@ func (l *Lab) Status() []Component {
 		p := &l.Poolers[i]
 		add(p.Name, "pgbouncer "+string(p.Mode), p.Port, PoolerPID(p))
 	}
-	return append(out, l.frontDoorStatus()...)
+	for _, e := range l.ext {
+		out = append(out, e.Status()...)
+	}
+	return out
 }
 
 // Running reports whether every process of the lab is up.
@@ -834,7 +864,12 @@ func (l *Lab) anyAlive() bool {
 			return true
 		}
 	}
-	if l.frontDoorsAlive() || l.haAlive() {
+	for _, e := range l.ext {
+		if e.Alive() {
+			return true
+		}
+	}
+	if l.haAlive() {
 		return true
 	}
 	return l.RunDir != "" && len(ProcessesUsing(l.RunDir)) > 0
@@ -843,7 +878,7 @@ func (l *Lab) anyAlive() bool {
 // Stop stops every process the lab started, waits until they are gone and
 // removes the lab's files. It is safe to call on a half-started lab.
 func (l *Lab) Stop(ctx context.Context) error {
-	errs := l.stopFrontDoors()
+	errs := l.stopExtensions()
 	errs = append(errs, l.stopRouterAndPatroni()...)
 	for i := range l.Poolers {
 		if pid := PoolerPID(&l.Poolers[i]); pid > 0 {
@@ -867,7 +902,8 @@ func (l *Lab) Stop(ctx context.Context) error {
 	errs = append(errs, l.stopEtcd())
 	if l.RunDir != "" {
 		// Sweep up what is left, in rounds: a parent killed in one round
-		// (pgpool-II's main process, say) may have forked a child that the
+		// (pgpool-II's main process, say, of an extension that Load did
+		// not attach) may have forked a child that the
 		// round's list did not have yet.
 		for round := 0; round < 3; round++ {
 			pids := ProcessesUsing(l.RunDir)
@@ -926,15 +962,18 @@ func (l *Lab) chown(path string) error {
 	return nil
 }
 
-func (l *Lab) writeFile(path, content string) error {
+// WriteFile writes a file of the lab's run dir, readable by the server
+// user alone.
+func (l *Lab) WriteFile(path, content string) error {
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		return err
 	}
 	return l.chown(path)
 }
 
-// run runs a server program as the server user with a clean environment.
-func (l *Lab) run(ctx context.Context, prog string, args ...string) ([]byte, error) {
+// Run runs a program as the server user with a clean environment, from the
+// run dir, and returns its output.
+func (l *Lab) Run(ctx context.Context, prog string, args ...string) ([]byte, error) {
 	c := exec.CommandContext(ctx, prog, args...)
 	c.Dir = l.RunDir
 	c.Env = l.env()
@@ -956,7 +995,8 @@ func (l *Lab) env() []string {
 	return []string{"PATH=" + programPath, "LC_ALL=C", "HOME=" + l.RunDir, "TZ=UTC"}
 }
 
-func dialOK(port int) bool {
+// DialOK reports whether 127.0.0.1:port accepts a TCP connection.
+func DialOK(port int) bool {
 	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
 	if err != nil {
 		return false
@@ -968,7 +1008,7 @@ func dialOK(port int) bool {
 func waitTCP(ctx context.Context, port int, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for {
-		if dialOK(port) {
+		if DialOK(port) {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -983,7 +1023,7 @@ func waitTCP(ctx context.Context, port int, limit time.Duration) error {
 }
 
 func killAndWait(pid int, sig syscall.Signal, limit time.Duration) error {
-	_ = sendSignal(pid, sig)
+	_ = Signal(pid, sig)
 	deadline := time.Now().Add(limit)
 	for alive(pid) {
 		if time.Now().After(deadline) {
@@ -991,7 +1031,7 @@ func killAndWait(pid int, sig syscall.Signal, limit time.Duration) error {
 				return fmt.Errorf("pid %d did not exit", pid)
 			}
 			sig = syscall.SIGKILL
-			_ = sendSignal(pid, sig)
+			_ = Signal(pid, sig)
 			deadline = time.Now().Add(limit)
 		}
 		time.Sleep(10 * time.Millisecond)

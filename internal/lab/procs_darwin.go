@@ -12,7 +12,8 @@ import (
 // ProcessesUsing returns the pids of processes whose working directory or
 // command line lies in dir: every postgres process of a lab has its data
 // directory as working directory, every pgbouncer names its config file, and
-// pgpool-II, HAProxy and socat run from their directories in the run dir.
+// the other daemons (etcd, Patroni, HAProxy, an extension's) run from their
+// directories in the run dir.
 // macOS has no /proc: the command lines come from sysctl kern.procargs2 and
 // the working directories from lsof, where they are reported with symbolic
 // links resolved (/private/var/folders for a TMPDIR in /var/folders).

@@ -11,7 +11,8 @@ import (
 // ProcessesUsing returns the pids of processes whose working directory or
 // command line lies in dir: every postgres process of a lab has its data
 // directory as working directory, every pgbouncer names its config file, and
-// pgpool-II, HAProxy and socat run from their directories in the run dir.
+// the other daemons (etcd, Patroni, HAProxy, an extension's) run from their
+// directories in the run dir.
 // On Linux it reads /proc.
 func ProcessesUsing(dir string) []int {
 	entries, _ := os.ReadDir("/proc")

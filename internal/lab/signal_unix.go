@@ -7,8 +7,8 @@ import (
 	"syscall"
 )
 
-// sendSignal sends sig to the process pid.
-func sendSignal(pid int, sig syscall.Signal) error { return syscall.Kill(pid, sig) }
+// Signal sends sig to the process pid.
+func Signal(pid int, sig syscall.Signal) error { return syscall.Kill(pid, sig) }
 
 // signalGroup sends sig to the process group that pid leads.
 func signalGroup(pid int, sig syscall.Signal) error { return syscall.Kill(-pid, sig) }

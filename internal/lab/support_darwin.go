@@ -10,9 +10,9 @@ import (
 // name.
 const programPath = "/opt/homebrew/bin:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
-// maxSocketPath is the longest path a unix socket may have on macOS
+// MaxSocketPath is the longest path a unix socket may have on macOS
 // (sun_path holds 104 bytes, the last a NUL).
-const maxSocketPath = 103
+const MaxSocketPath = 103
 
 // Support reports why the lab cannot run on this system, or nil. macOS
 // runs it, with Homebrew's PostgreSQL and PgBouncer (see FindBinaries).

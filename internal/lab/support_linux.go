@@ -10,9 +10,9 @@ import (
 // programPath is the PATH the lab's programs run with.
 const programPath = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
-// maxSocketPath is the longest path a unix socket may have on Linux
+// MaxSocketPath is the longest path a unix socket may have on Linux
 // (sun_path holds 108 bytes, the last a NUL).
-const maxSocketPath = 107
+const MaxSocketPath = 107
 
 // Support reports why the lab cannot run on this system, or nil. Linux runs
 // it.

@@ -6,11 +6,11 @@ import "fmt"
 // the lab runs none.
 const programPath = ""
 
-// maxSocketPath is the longest path a unix socket may have (sun_path holds
+// MaxSocketPath is the longest path a unix socket may have (sun_path holds
 // 108 bytes on Windows too, the last a NUL); on Windows the lab makes none.
-const maxSocketPath = 107
+const MaxSocketPath = 107
 
-// Support refuses: the lab starts PostgreSQL, PgBouncer and the front doors
+// Support refuses: the lab starts PostgreSQL, PgBouncer and its other daemons
 // as local processes, which it manages with Unix process groups, signals,
 // unix sockets and file ownership, none of which Windows has. Every other
 // command works on Windows, against any server.

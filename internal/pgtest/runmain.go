@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/lab"
+	"github.com/leasectl/leasectl/internal/lab/labtest"
 )
 
 // TestingM is the part of *testing.M that RunMain needs; a test can pass
@@ -199,10 +200,10 @@ func startWatchdog(dir string) (stop func(), err error) {
 
 // watchdog waits until its stdin, a pipe from the test binary, closes (the
 // binary ended, one way or another) and stops the lab in dir if it is
-// still there.
+// still there, with its front doors, if any, attached.
 func watchdog(dir string) {
 	_, _ = io.Copy(io.Discard, os.Stdin)
-	if l, err := lab.Load(dir); err == nil {
+	if l, _, err := labtest.Load(dir); err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_ = l.Stop(ctx)

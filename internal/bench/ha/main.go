@@ -43,6 +43,7 @@ import (
 	"github.com/leasectl/leasectl/internal/benchutil"
 	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/lab"
+	"github.com/leasectl/leasectl/internal/lab/labtest"
 	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/locks"
 )
@@ -202,7 +203,7 @@ func (f *form) run(ctx context.Context, l *lab.Lab, ev *events, leasectl, keysFi
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "%s: %s %d of %d …\n", f.name, fault, i+1, len(faults))
-		w := l.WatchWrites(poll)
+		w := labtest.WatchWrites(l, poll)
 		t0 := time.Now()
 		var ch *lab.HAChange
 		var err error

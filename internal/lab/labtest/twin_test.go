@@ -1,4 +1,4 @@
-package lab_test
+package labtest_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/lab"
+	"github.com/leasectl/leasectl/internal/lab/labtest"
 )
 
 // TestTwin starts a lab whose front doors need the twin (HAProxy leastconn
@@ -19,11 +20,9 @@ func TestTwin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	l, err := lab.Start(ctx, lab.Options{
-		Dir:     dir,
-		Poolers: []lab.PoolerSpec{},
-		PgPool:  &lab.PgPoolSpec{Mode: lab.NativeReplication},
-		HAProxy: []lab.HAProxySpec{{Name: "split", Backends: []string{"primary", lab.TwinBackend}, Balance: "leastconn"}},
+	l, d, err := labtest.Start(ctx, lab.Options{Dir: dir, Poolers: []lab.PoolerSpec{}}, labtest.Spec{
+		PgPool:  &labtest.PgPoolSpec{Mode: labtest.NativeReplication},
+		HAProxy: []labtest.HAProxySpec{{Name: "split", Backends: []string{"primary", labtest.TwinBackend}, Balance: "leastconn"}},
 	})
 	if err != nil {
 		t.Fatalf("start: %v", err)
@@ -34,16 +33,16 @@ func TestTwin(t *testing.T) {
 			_ = l.Stop(context.Background())
 		}
 	}()
-	twin := l.Twin()
-	if twin == nil || l.TwinDSN() == "" || twin.Port == l.Primary.Port {
+	twin := d.Twin()
+	if twin == nil || d.TwinDSN() == "" || twin.Port == l.Primary.Port {
 		t.Fatalf("no twin of its own: %+v", twin)
 	}
-	saved, err := lab.Load(dir)
+	saved, sd, err := labtest.Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if saved.TwinDSN() != l.TwinDSN() || saved.PgPool == nil || saved.PgPool.Mode != lab.NativeReplication {
-		t.Fatalf("lab.json lacks the twin: %q, pgpool %+v", saved.TwinDSN(), saved.PgPool)
+	if sd.TwinDSN() != d.TwinDSN() || sd.PgPool == nil || sd.PgPool.Mode != labtest.NativeReplication {
+		t.Fatalf("lab.json lacks the twin: %q, pgpool %+v", sd.TwinDSN(), sd.PgPool)
 	}
 	up := map[string]bool{}
 	for _, c := range l.Status() {
@@ -56,7 +55,7 @@ func TestTwin(t *testing.T) {
 	// Two primaries, two systems.
 	const idSQL = `SELECT (SELECT system_identifier FROM pg_control_system()), pg_is_in_recovery()`
 	ids := map[string]int64{}
-	for name, dsn := range map[string]string{"primary": l.DirectDSN(), "twin": l.TwinDSN()} {
+	for name, dsn := range map[string]string{"primary": l.DirectDSN(), "twin": d.TwinDSN()} {
 		var id int64
 		var recovery bool
 		if err := connectT(ctx, t, dsn).QueryRow(ctx, idSQL).Scan(&id, &recovery); err != nil || recovery {
@@ -73,7 +72,7 @@ func TestTwin(t *testing.T) {
 	for range 2 {
 		var id int64
 		var recovery bool
-		if err := connectT(ctx, t, l.HAProxyDSN("split")).QueryRow(ctx, idSQL).Scan(&id, &recovery); err != nil {
+		if err := connectT(ctx, t, d.HAProxyDSN("split")).QueryRow(ctx, idSQL).Scan(&id, &recovery); err != nil {
 			t.Fatal(err)
 		}
 		seen[id] = true
@@ -84,14 +83,14 @@ func TestTwin(t *testing.T) {
 
 	// pgpool-II in native replication mode takes a lock on both servers.
 	const key = 4242001
-	held := connectT(ctx, t, l.PgPoolDSN())
+	held := connectT(ctx, t, d.PgPoolDSN())
 	var took bool
 	if err := held.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", int64(key)).Scan(&took); err != nil || !took {
 		t.Fatalf("take the key through pgpool: %v %v", took, err)
 	}
-	if advisoryHolder(ctx, t, l.DirectDSN(), key) == 0 || advisoryHolder(ctx, t, l.TwinDSN(), key) == 0 {
+	if advisoryHolder(ctx, t, l.DirectDSN(), key) == 0 || advisoryHolder(ctx, t, d.TwinDSN(), key) == 0 {
 		t.Errorf("in native replication mode the key is not held on both servers (primary %d, twin %d)",
-			advisoryHolder(ctx, t, l.DirectDSN(), key), advisoryHolder(ctx, t, l.TwinDSN(), key))
+			advisoryHolder(ctx, t, l.DirectDSN(), key), advisoryHolder(ctx, t, d.TwinDSN(), key))
 	}
 	held.Close(ctx)
 
@@ -127,11 +126,8 @@ func TestTwinStartFailureLeavesNothing(t *testing.T) {
 	}
 	t.Setenv("TMPDIR", base)
 	var steps strings.Builder
-	l, err := lab.Start(context.Background(), lab.Options{
-		Log:     &steps,
-		Poolers: []lab.PoolerSpec{},
-		HAProxy: []lab.HAProxySpec{{Name: "bad", Backends: []string{"primary", lab.TwinBackend}, Balance: "no-such-algorithm"}},
-	})
+	l, _, err := labtest.Start(context.Background(), lab.Options{Log: &steps, Poolers: []lab.PoolerSpec{}},
+		labtest.Spec{HAProxy: []labtest.HAProxySpec{{Name: "bad", Backends: []string{"primary", labtest.TwinBackend}, Balance: "no-such-algorithm"}}})
 	if err == nil {
 		l.Stop(context.Background())
 		t.Fatal("started with an unknown balance algorithm")
@@ -150,8 +146,8 @@ func TestTwinStartFailureLeavesNothing(t *testing.T) {
 // TestTwinOptionErrors: a pgpool mode that does not exist is refused
 // before anything starts, and native replication needs no standby.
 func TestTwinOptionErrors(t *testing.T) {
-	_, err := lab.Start(context.Background(), lab.Options{PgPool: &lab.PgPoolSpec{Mode: "raw"}})
-	if err == nil || !strings.Contains(err.Error(), lab.NativeReplication) {
+	_, _, err := labtest.Start(context.Background(), lab.Options{}, labtest.Spec{PgPool: &labtest.PgPoolSpec{Mode: "raw"}})
+	if err == nil || !strings.Contains(err.Error(), labtest.NativeReplication) {
 		t.Errorf("pgpool mode raw: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package lab
+package labtest
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/leasectl/leasectl/internal/lab"
 )
 
 // WriteWatch records when each HA node first accepts a write, to within
@@ -22,7 +24,7 @@ type WriteWatch struct {
 // WatchWrites connects to every HA node of l and asks each for a
 // transaction id, which a standby refuses, every interval until Stop. A
 // connection that fails is opened again at the next poll.
-func (l *Lab) WatchWrites(interval time.Duration) *WriteWatch {
+func WatchWrites(l *lab.Lab, interval time.Duration) *WriteWatch {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &WriteWatch{cancel: cancel, done: make(chan struct{}), first: map[int]time.Time{}}
 	var wg sync.WaitGroup
@@ -39,7 +41,7 @@ func (l *Lab) WatchWrites(interval time.Duration) *WriteWatch {
 	return w
 }
 
-func (w *WriteWatch) poll(ctx context.Context, l *Lab, port int, interval time.Duration) {
+func (w *WriteWatch) poll(ctx context.Context, l *lab.Lab, port int, interval time.Duration) {
 	var conn *pgx.Conn
 	defer func() {
 		if conn != nil {

@@ -1,4 +1,4 @@
-package lab_test
+package labtest_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/lab"
+	"github.com/leasectl/leasectl/internal/lab/labtest"
 )
 
 func connectT(ctx context.Context, t *testing.T, dsn string) *pgx.Conn {
@@ -70,12 +71,9 @@ func TestFrontDoors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	l, err := lab.Start(ctx, lab.Options{
-		Dir:     dir,
-		Poolers: []lab.PoolerSpec{},
-		Standby: true,
-		PgPool:  &lab.PgPoolSpec{},
-		HAProxy: []lab.HAProxySpec{
+	l, d, err := labtest.Start(ctx, lab.Options{Dir: dir, Poolers: []lab.PoolerSpec{}, Standby: true}, labtest.Spec{
+		PgPool: &labtest.PgPoolSpec{},
+		HAProxy: []labtest.HAProxySpec{
 			{Name: "rr", Backends: []string{"primary", "standby"}},
 			{Name: "idle", Backends: []string{"primary"}, TimeoutClient: 2 * time.Second},
 		},
@@ -93,18 +91,21 @@ func TestFrontDoors(t *testing.T) {
 	primary, standby := l.Primary.Port, l.Standby.Port
 
 	t.Run("state", func(t *testing.T) {
-		saved, err := lab.Load(dir)
+		saved, sd, err := labtest.Load(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if saved.PgPool == nil || saved.PgPool.Port != l.PgPool.Port || len(saved.HAProxies) != 2 || len(saved.Relays) != 1 {
-			t.Fatalf("lab.json lacks the front doors: pgpool %+v, haproxy %+v, relays %+v", saved.PgPool, saved.HAProxies, saved.Relays)
+		if sd.PgPool == nil || sd.PgPool.Port != d.PgPool.Port || len(sd.HAProxies) != 2 || len(sd.Relays) != 1 {
+			t.Fatalf("lab.json lacks the front doors: pgpool %+v, haproxy %+v, relays %+v", sd.PgPool, sd.HAProxies, sd.Relays)
 		}
-		if saved.PgPoolDSN() != l.PgPoolDSN() || saved.HAProxyDSN("idle") != l.HAProxyDSN("idle") || saved.RelayDSN("cloudsql") != l.RelayDSN("cloudsql") {
+		if sd.PgPoolDSN() != d.PgPoolDSN() || sd.HAProxyDSN("idle") != d.HAProxyDSN("idle") || sd.RelayDSN("cloudsql") != d.RelayDSN("cloudsql") {
 			t.Error("the DSNs of the loaded lab differ from the started one's")
 		}
-		if h := saved.HAProxy("rr"); h == nil || h.Balance != "roundrobin" || h.TimeoutClient != time.Hour {
+		if h := sd.HAProxy("rr"); h == nil || h.Balance != "roundrobin" || h.TimeoutClient != time.Hour {
 			t.Errorf("rr's defaults are not recorded: %+v", h)
+		}
+		if got, want := len(saved.Status()), len(l.Status()); got != want {
+			t.Errorf("the loaded lab reports %d processes, the started one %d: are the front doors attached?", got, want)
 		}
 		kinds := map[string]string{}
 		for _, c := range l.Status() {
@@ -119,12 +120,12 @@ func TestFrontDoors(t *testing.T) {
 			}
 		}
 		pw, _ := l.Password()
-		for _, dsn := range []string{l.PgPoolDSN(), l.HAProxyDSN("rr"), l.RelayDSN("cloudsql")} {
+		for _, dsn := range []string{d.PgPoolDSN(), d.HAProxyDSN("rr"), d.RelayDSN("cloudsql")} {
 			if dsn == "" || strings.Contains(dsn, pw) {
 				t.Errorf("DSN empty or carrying the password: %q", dsn)
 			}
 		}
-		if l.HAProxyDSN("nope") != "" || l.RelayDSN("nope") != "" {
+		if d.HAProxyDSN("nope") != "" || d.RelayDSN("nope") != "" {
 			t.Error("unknown names have DSNs")
 		}
 	})
@@ -132,7 +133,7 @@ func TestFrontDoors(t *testing.T) {
 	t.Run("pgpool balances reads to the standby", func(t *testing.T) {
 		seen := map[int]int{}
 		for i := 0; i < 40 && (seen[standby] == 0 || seen[primary] == 0); i++ {
-			_, port := answeredBy(ctx, t, l.PgPoolDSN(), "SELECT pg_backend_pid(), current_setting('port')::int")
+			_, port := answeredBy(ctx, t, d.PgPoolDSN(), "SELECT pg_backend_pid(), current_setting('port')::int")
 			seen[port]++
 		}
 		if seen[standby] == 0 || seen[primary] == 0 {
@@ -146,7 +147,7 @@ func TestFrontDoors(t *testing.T) {
 		// tells a client through pgpool that it is on the standby.
 		for i := 0; i < 12; i++ {
 			var inRecovery bool
-			_, port := answeredBy(ctx, t, l.PgPoolDSN(), "SELECT pg_backend_pid(), current_setting('port')::int, pg_is_in_recovery()", &inRecovery)
+			_, port := answeredBy(ctx, t, d.PgPoolDSN(), "SELECT pg_backend_pid(), current_setting('port')::int, pg_is_in_recovery()", &inRecovery)
 			if port != primary || inRecovery {
 				t.Fatalf("SELECT ..., pg_is_in_recovery() reached port %d (in recovery: %v); pgpool should send volatile functions to the primary (%d)", port, inRecovery, primary)
 			}
@@ -156,7 +157,7 @@ func TestFrontDoors(t *testing.T) {
 	t.Run("pgpool splits pg_backend_pid from the advisory lock", func(t *testing.T) {
 		const key = 7_000_001
 		for i := 0; i < 40; i++ {
-			conn := connectT(ctx, t, l.PgPoolDSN())
+			conn := connectT(ctx, t, d.PgPoolDSN())
 			var pid int32
 			var port int
 			if err := conn.QueryRow(ctx, "SELECT pg_backend_pid(), current_setting('port')::int").Scan(&pid, &port); err != nil {
@@ -184,11 +185,11 @@ func TestFrontDoors(t *testing.T) {
 	})
 
 	t.Run("pgpool with the pgpass file", func(t *testing.T) {
-		out, err := exec.CommandContext(ctx, psqlPath(t), "-X", "-At", "-d", l.PgPoolDSN(), "-c", "select 41+1").CombinedOutput()
+		out, err := exec.CommandContext(ctx, psqlPath(t), "-X", "-At", "-d", d.PgPoolDSN(), "-c", "select 41+1").CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) != "42" {
 			t.Fatalf("psql through pgpool with passfile: %v: %s", err, out)
 		}
-		cfg, err := dbconn.Parse(strings.Replace(l.PgPoolDSN(), "postgres@", "postgres:not-the-password@", 1), 5*time.Second)
+		cfg, err := dbconn.Parse(strings.Replace(d.PgPoolDSN(), "postgres@", "postgres:not-the-password@", 1), 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -201,8 +202,8 @@ func TestFrontDoors(t *testing.T) {
 	t.Run("haproxy round robin alternates servers", func(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			var inRecovery [2]bool
-			conn1 := connectT(ctx, t, l.HAProxyDSN("rr"))
-			conn2 := connectT(ctx, t, l.HAProxyDSN("rr"))
+			conn1 := connectT(ctx, t, d.HAProxyDSN("rr"))
+			conn2 := connectT(ctx, t, d.HAProxyDSN("rr"))
 			for j, c := range []*pgx.Conn{conn1, conn2} {
 				if err := c.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery[j]); err != nil {
 					t.Fatal(err)
@@ -216,7 +217,7 @@ func TestFrontDoors(t *testing.T) {
 	})
 
 	t.Run("haproxy client timeout cuts idle sessions", func(t *testing.T) {
-		conn := connectT(ctx, t, l.HAProxyDSN("idle"))
+		conn := connectT(ctx, t, d.HAProxyDSN("idle"))
 		var port int
 		if err := conn.QueryRow(ctx, "SELECT current_setting('port')::int").Scan(&port); err != nil || port != primary {
 			t.Fatalf("idle: port %d, %v; want the primary %d", port, err, primary)
@@ -231,7 +232,7 @@ func TestFrontDoors(t *testing.T) {
 		}
 		// HAProxy logs the session's end with termination state "cD": the
 		// client side timed out during the data phase.
-		h := l.HAProxy("idle")
+		h := d.HAProxy("idle")
 		for deadline := time.Now().Add(5 * time.Second); !strings.Contains(readFileT(h.LogFile), " cD "); {
 			if time.Now().After(deadline) {
 				t.Fatalf("haproxy did not log a client timeout (cD)\n%s", lab.LogTail(h.LogFile, 10))
@@ -241,13 +242,13 @@ func TestFrontDoors(t *testing.T) {
 	})
 
 	t.Run("relay is a TCP client on a unix socket", func(t *testing.T) {
-		r := l.Relay("cloudsql")
+		r := d.Relay("cloudsql")
 		want := fmt.Sprintf("host=%s port=5432 ", r.SocketDir)
-		if !strings.HasPrefix(l.RelayDSN("cloudsql"), want) || filepath.Base(r.Socket) != ".s.PGSQL.5432" {
-			t.Fatalf("relay DSN %q (socket %s), want it to start %q", l.RelayDSN("cloudsql"), r.Socket, want)
+		if !strings.HasPrefix(d.RelayDSN("cloudsql"), want) || filepath.Base(r.Socket) != ".s.PGSQL.5432" {
+			t.Fatalf("relay DSN %q (socket %s), want it to start %q", d.RelayDSN("cloudsql"), r.Socket, want)
 		}
 		const sql = "SELECT coalesce(host(client_addr), 'NULL') FROM pg_stat_activity WHERE pid = pg_backend_pid()"
-		for dsn, want := range map[string]string{l.RelayDSN("cloudsql"): "127.0.0.1", l.SocketDSN(): "NULL"} {
+		for dsn, want := range map[string]string{d.RelayDSN("cloudsql"): "127.0.0.1", l.SocketDSN(): "NULL"} {
 			var addr string
 			if err := connectT(ctx, t, dsn).QueryRow(ctx, sql).Scan(&addr); err != nil {
 				t.Fatalf("%s: %v", dsn, err)
@@ -256,7 +257,7 @@ func TestFrontDoors(t *testing.T) {
 				t.Errorf("%s: client_addr = %s, want %s", dsn, addr, want)
 			}
 		}
-		out, err := exec.CommandContext(ctx, psqlPath(t), "-X", "-At", "-d", l.RelayDSN("cloudsql"), "-c", "select 41+1").CombinedOutput()
+		out, err := exec.CommandContext(ctx, psqlPath(t), "-X", "-At", "-d", d.RelayDSN("cloudsql"), "-c", "select 41+1").CombinedOutput()
 		if err != nil || strings.TrimSpace(string(out)) != "42" {
 			t.Fatalf("psql through the relay: %v: %s", err, out)
 		}
@@ -285,7 +286,7 @@ func TestFrontDoors(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
-		for name, port := range map[string]int{"pgpool": l.PgPool.Port, "haproxy": l.HAProxy("rr").Port} {
+		for name, port := range map[string]int{"pgpool": d.PgPool.Port, "haproxy": d.HAProxy("rr").Port} {
 			var user string
 			if err := connectT(ctx, t, l.DSN(port, "fd_login", "postgres")).QueryRow(ctx, "SELECT current_user").Scan(&user); err != nil || user != "fd_login" {
 				t.Errorf("%s as fd_login: %q, %v", name, user, err)
@@ -295,14 +296,14 @@ func TestFrontDoors(t *testing.T) {
 
 	t.Run("stop leaves nothing", func(t *testing.T) {
 		runDir := l.RunDir
-		pids := []int{lab.PgPoolPID(l.PgPool), lab.HAProxyPID(l.HAProxy("rr")), lab.HAProxyPID(l.HAProxy("idle")), lab.RelayPID(l.Relay("cloudsql"))}
+		pids := []int{labtest.PgPoolPID(d.PgPool), labtest.HAProxyPID(d.HAProxy("rr")), labtest.HAProxyPID(d.HAProxy("idle")), labtest.RelayPID(d.Relay("cloudsql"))}
 		for _, pid := range pids {
 			if pid == 0 {
 				t.Fatalf("a front door has no live pid: %v", pids)
 			}
 		}
 		// Stop it as `leasectl lab down` does: from its saved state.
-		saved, err := lab.Load(dir)
+		saved, sd, err := labtest.Load(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -325,7 +326,7 @@ func TestFrontDoors(t *testing.T) {
 		// Lose the lab's pgpool pid file: Stop must still find pgpool's
 		// main process (through pgpool's own pid file), as only its own
 		// shutdown removes its shared memory.
-		if err := os.Remove(saved.PgPool.PIDFile); err != nil {
+		if err := os.Remove(sd.PgPool.PIDFile); err != nil {
 			t.Fatal(err)
 		}
 		stopped = true
@@ -402,11 +403,8 @@ func readFileT(path string) string {
 func TestPgPoolSettings(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	l, err := lab.Start(ctx, lab.Options{
-		Poolers: []lab.PoolerSpec{},
-		Standby: true,
-		PgPool:  &lab.PgPoolSpec{Settings: map[string]string{"write_function_list": "'nextval,setval'"}},
-	})
+	l, d, err := labtest.Start(ctx, lab.Options{Poolers: []lab.PoolerSpec{}, Standby: true},
+		labtest.Spec{PgPool: &labtest.PgPoolSpec{Settings: map[string]string{"write_function_list": "'nextval,setval'"}}})
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -416,7 +414,7 @@ func TestPgPoolSettings(t *testing.T) {
 	onStandby := 0
 	for i := 0; i < 40 && onStandby == 0; i++ {
 		var inRecovery bool
-		_, port := answeredBy(ctx, t, l.PgPoolDSN(), "SELECT pg_backend_pid(), current_setting('port')::int, pg_is_in_recovery()", &inRecovery)
+		_, port := answeredBy(ctx, t, d.PgPoolDSN(), "SELECT pg_backend_pid(), current_setting('port')::int, pg_is_in_recovery()", &inRecovery)
 		if inRecovery != (port == standby) {
 			t.Fatalf("port %d says pg_is_in_recovery() = %v", port, inRecovery)
 		}
@@ -430,7 +428,7 @@ func TestPgPoolSettings(t *testing.T) {
 
 	const key = 7_000_002
 	for i := 0; i < 40; i++ {
-		conn := connectT(ctx, t, l.PgPoolDSN())
+		conn := connectT(ctx, t, d.PgPoolDSN())
 		var pid int32
 		var port int
 		var got bool
@@ -458,22 +456,22 @@ func TestPgPoolSettings(t *testing.T) {
 func TestFrontDoorOptionErrors(t *testing.T) {
 	primary := []string{"primary"}
 	for _, tc := range []struct {
-		opts lab.Options
+		spec labtest.Spec
 		want string
 	}{
-		{lab.Options{PgPool: &lab.PgPoolSpec{}}, "Standby: true"},
-		{lab.Options{HAProxy: []lab.HAProxySpec{{Name: "a", Backends: []string{"standby"}}}}, "Standby: true"},
-		{lab.Options{HAProxy: []lab.HAProxySpec{{Name: "a", Backends: []string{"replica"}}}}, `neither "primary" nor "standby"`},
-		{lab.Options{HAProxy: []lab.HAProxySpec{{Name: "a"}}}, "no Backends"},
-		{lab.Options{HAProxy: []lab.HAProxySpec{{Name: "a", Backends: primary}, {Name: "a", Backends: primary}}}, "own name"},
-		{lab.Options{HAProxy: []lab.HAProxySpec{{Name: "a b", Backends: primary}}}, "letters, digits"},
-		{lab.Options{HAProxy: []lab.HAProxySpec{{Name: "a", Backends: primary, TimeoutClient: -time.Second}}}, "out of range"},
-		{lab.Options{Relays: []string{"x", "x"}}, "own name"},
-		{lab.Options{Relays: []string{"../x"}}, "letters, digits"},
+		{labtest.Spec{PgPool: &labtest.PgPoolSpec{}}, "Standby: true"},
+		{labtest.Spec{HAProxy: []labtest.HAProxySpec{{Name: "a", Backends: []string{"standby"}}}}, "Standby: true"},
+		{labtest.Spec{HAProxy: []labtest.HAProxySpec{{Name: "a", Backends: []string{"replica"}}}}, `neither "primary" nor "standby"`},
+		{labtest.Spec{HAProxy: []labtest.HAProxySpec{{Name: "a"}}}, "no Backends"},
+		{labtest.Spec{HAProxy: []labtest.HAProxySpec{{Name: "a", Backends: primary}, {Name: "a", Backends: primary}}}, "own name"},
+		{labtest.Spec{HAProxy: []labtest.HAProxySpec{{Name: "a b", Backends: primary}}}, "letters, digits"},
+		{labtest.Spec{HAProxy: []labtest.HAProxySpec{{Name: "a", Backends: primary, TimeoutClient: -time.Second}}}, "out of range"},
+		{labtest.Spec{Relays: []string{"x", "x"}}, "own name"},
+		{labtest.Spec{Relays: []string{"../x"}}, "letters, digits"},
 	} {
-		_, err := lab.Start(context.Background(), tc.opts)
+		_, _, err := labtest.Start(context.Background(), lab.Options{}, tc.spec)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v: got %v, want an error saying %q", tc.opts, err, tc.want)
+			t.Errorf("%+v: got %v, want an error saying %q", tc.spec, err, tc.want)
 		}
 	}
 }
@@ -496,13 +494,10 @@ func TestFrontDoorStartFailureLeavesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var steps strings.Builder
-	l, err := lab.Start(ctx, lab.Options{
-		Log:     &steps,
-		Poolers: []lab.PoolerSpec{},
-		Standby: true,
-		PgPool:  &lab.PgPoolSpec{},
+	l, _, err := labtest.Start(ctx, lab.Options{Log: &steps, Poolers: []lab.PoolerSpec{}, Standby: true}, labtest.Spec{
+		PgPool:  &labtest.PgPoolSpec{},
 		Relays:  []string{"r"},
-		HAProxy: []lab.HAProxySpec{{Name: "bad", Backends: []string{"primary"}, Balance: "no-such-algorithm"}},
+		HAProxy: []labtest.HAProxySpec{{Name: "bad", Backends: []string{"primary"}, Balance: "no-such-algorithm"}},
 	})
 	if err == nil {
 		l.Stop(context.Background())
@@ -523,4 +518,13 @@ func TestFrontDoorStartFailureLeavesNothing(t *testing.T) {
 	if len(entries) > 0 {
 		t.Fatalf("files left behind by the failed start: %v", entries)
 	}
+}
+
+func psqlPath(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("psql")
+	if err != nil {
+		t.Fatal("psql not found (sudo apt-get install -y postgresql-client)")
+	}
+	return path
 }

@@ -1,22 +1,24 @@
-package lab
+package labtest
 
 import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasectl/leasectl/internal/lab"
 )
 
 // TestPgPoolConfSettingsWin: a spec's setting replaces the lab's own line
 // of the same name (pgpool would also take the last of two, but one line
 // per name leaves no doubt), and new names are added.
 func TestPgPoolConfSettingsWin(t *testing.T) {
-	l := &Lab{User: "postgres", Primary: Server{Port: 1001}, Standby: &Server{Port: 1002}}
+	l := &lab.Lab{User: "postgres", Primary: lab.Server{Port: 1001}, Standby: &lab.Server{Port: 1002}}
 	p := &PgPool{
 		PgPoolSpec: PgPoolSpec{Settings: map[string]string{"load_balance_mode": "off", "write_function_list": "'nextval,setval'"}},
 		Port:       1003,
 		ConfigFile: "/run/lab/pgpool/pgpool.conf",
 	}
-	conf := l.pgpoolConf(p)
+	conf := pgpoolConf(l, p)
 	for _, want := range []string{"\nload_balance_mode = off\n", "\nwrite_function_list = 'nextval,setval'\n", "\nbackend_port0 = 1001\n", "\nbackend_port1 = 1002\n", "\nport = 1003\n"} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("pgpool.conf lacks %q:\n%s", strings.TrimSpace(want), conf)
@@ -30,10 +32,10 @@ func TestPgPoolConfSettingsWin(t *testing.T) {
 // TestHAProxyConf: timeouts in milliseconds, one server line per backend,
 // repeated backends under distinct names.
 func TestHAProxyConf(t *testing.T) {
-	l := &Lab{Primary: Server{Port: 1001}, Standby: &Server{Port: 1002}}
+	l := &lab.Lab{Primary: lab.Server{Port: 1001}, Standby: &lab.Server{Port: 1002}}
 	h := &HAProxy{HAProxySpec: HAProxySpec{Name: "x", Backends: []string{"primary", "standby", "primary"}, Balance: "leastconn",
 		TimeoutClient: 8 * time.Second, TimeoutServer: time.Hour}, Port: 1003}
-	conf := l.haproxyConf(h)
+	conf := haproxyConf(l, h)
 	for _, want := range []string{"timeout client 8000ms\n", "timeout server 3600000ms\n", "bind 127.0.0.1:1003\n", "balance leastconn\n",
 		"server primary 127.0.0.1:1001\n", "server standby 127.0.0.1:1002\n", "server primary-2 127.0.0.1:1001\n"} {
 		if !strings.Contains(conf, want) {
