@@ -377,6 +377,16 @@ func (l *Lab) save() error {
 	return os.WriteFile(filepath.Join(l.Dir, stateFile), append(data, '\n'), 0o600)
 }
 
+// SetLog sends the lab's progress lines (one per step, as Options.Log
+// does for Start) to w; nil discards them. A lab from Load discards them
+// until told otherwise.
+func (l *Lab) SetLog(w io.Writer) {
+	if w == nil {
+		w = io.Discard
+	}
+	l.log = w
+}
+
 // Logf writes one progress line to the lab's log (see Options.Log).
 func (l *Lab) Logf(format string, args ...any) {
 	fmt.Fprintf(l.log, format+"\n", args...)
