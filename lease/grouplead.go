@@ -51,9 +51,11 @@ func (gr *group) takeFences(ctx context.Context) error {
 
 // begin begins a term, and starts work, for each role that holds its key
 // and fence once the previous term has ended (or its deadline passed) and
-// the takeover delay is over.
+// the takeover delay is over. The roles that are ready together (a
+// replica's roles, after its death) read their previous terms in one
+// statement and begin their terms in one round trip.
 func (gr *group) begin(ctx context.Context) error {
-	s := gr.s
+	var due []*member
 	for _, m := range gr.members {
 		if m.phase != fenced {
 			continue
@@ -62,61 +64,117 @@ func (gr *group) begin(ctx context.Context) error {
 		if d := gr.r.cfg.TakeoverDelay; d > 0 && now.Before(m.fencedAt.Add(d)) {
 			if !m.termLogged {
 				m.termLogged = true
-				m.r.log.Info("holding the key before starting work", "backend_pid", s.info.BackendPID, "takeover_delay", d)
+				m.r.log.Info("holding the key before starting work", "backend_pid", gr.s.info.BackendPID, "takeover_delay", d)
 			}
 			continue
 		}
-		var began term.Started
-		var gap time.Duration
-		if m.r.record {
-			if now.Before(m.nextTermCheck) {
-				continue
-			}
-			ready, err := gr.previousEnded(ctx, m)
-			if err != nil || !ready {
+		if !m.r.record {
+			gr.start(ctx, m, term.Started{}, 0)
+			continue
+		}
+		if !now.Before(m.nextTermCheck) {
+			due = append(due, m)
+		}
+	}
+	if len(due) == 0 {
+		return nil
+	}
+	ready, err := gr.previousEnded(ctx, due)
+	if err != nil || len(ready) == 0 {
+		return err
+	}
+	return gr.beginTerms(ctx, ready)
+}
+
+// beginTerms begins the terms of ready, all at once, and starts their
+// work. When that fails with the session still open, nothing began (one
+// transaction), and each role tries on its own, as a single lease does.
+func (gr *group) beginTerms(ctx context.Context, ready []*member) error {
+	s := gr.s
+	if len(ready) > 1 {
+		bs := make([]term.Begin, len(ready))
+		for i, m := range ready {
+			b, err := m.r.newTerm(s)
+			if err != nil {
 				return err
 			}
-			began, err = m.r.beginTerm(ctx, s)
-			if err != nil {
-				if ctx.Err() != nil || s.main.IsClosed() {
-					return fmt.Errorf("begin a term: %w", err)
-				}
-				// This role only: give it up and try again later.
-				m.r.log.Warn("cannot begin a term; releasing the key and trying again later", "err", err.Error())
-				m.r.recordPending(ctx, gr.s.main) // in case the server recorded it after all
-				gr.release(m, gr.r.cfg.RetryInterval)
-				continue
-			}
-			gap = leaderless(m.prev, began.Began)
+			bs[i] = b
 		}
-		gr.start(ctx, m, began, gap)
+		// Not cancelled with ctx, as in a single lease's beginTerm.
+		sts, err := term.StartAll(context.WithoutCancel(ctx), s.main, bs)
+		if err == nil {
+			for i, m := range ready {
+				m.r.begun(bs[i], sts[i], nil)
+				gr.start(ctx, m, sts[i], leaderless(m.prev, sts[i].Began))
+			}
+			return nil
+		}
+		if s.main.IsClosed() {
+			for i, m := range ready {
+				m.r.begun(bs[i], term.Started{}, err) // they may have begun
+			}
+			return fmt.Errorf("begin the terms: %w", err)
+		}
+		gr.r.log.Debug("cannot begin the terms together; beginning them one by one", "roles", len(ready), "err", err.Error())
+	}
+	for _, m := range ready {
+		began, err := m.r.beginTerm(ctx, s)
+		if err != nil {
+			if ctx.Err() != nil || s.main.IsClosed() {
+				return fmt.Errorf("begin a term: %w", err)
+			}
+			// This role only: give it up and try again later.
+			m.r.log.Warn("cannot begin a term; releasing the key and trying again later", "err", err.Error())
+			m.r.recordPending(ctx, gr.s.main) // in case the server recorded it after all
+			gr.release(m, gr.r.cfg.RetryInterval)
+			continue
+		}
+		gr.start(ctx, m, began, leaderless(m.prev, began.Began))
 	}
 	return nil
 }
 
-// previousEnded says whether m's previous term has ended or is past its
-// deadline; while it is not, it checks again after a quarter second, or at
-// once when the term channel says it ended.
-func (gr *group) previousEnded(ctx context.Context, m *member) (bool, error) {
-	qctx, cancel := context.WithTimeout(ctx, gr.r.cfg.HeartbeatTimeout)
-	defer cancel()
-	t, now, ok, err := term.Current(qctx, gr.s.main, m.Key)
-	if err != nil {
-		return false, err
+// previousEnded returns those of due whose previous term has ended or is
+// past its deadline, reading them all in one statement. For the others it
+// checks again after a quarter second, or at once when the term channel
+// says their term ended.
+func (gr *group) previousEnded(ctx context.Context, due []*member) ([]*member, error) {
+	keys := make([]int64, len(due))
+	for i, m := range due {
+		keys[i] = m.Key
 	}
+	qctx, cancel := context.WithTimeout(ctx, gr.r.cfg.HeartbeatTimeout)
+	latest, now, err := term.Latest(qctx, gr.s.main, keys)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	var ready []*member
+	for _, m := range due {
+		t, ok := latest[m.Key]
+		if gr.previousEndedOf(ctx, m, t, ok, now) {
+			ready = append(ready, m)
+		}
+	}
+	return ready, nil
+}
+
+// previousEndedOf says whether m's previous term t (ok: it has one), read
+// at the server's time now, has ended or is past its deadline.
+func (gr *group) previousEndedOf(ctx context.Context, m *member, t term.Term, ok bool, now time.Time) bool {
 	m.prev = previous{term: t, ok: ok}
 	if !ok || !t.Live() {
-		return true, nil
+		return true
 	}
 	if p := m.r.pendingEnd; p != nil && p.id == t.ID {
 		m.r.recordPending(ctx, gr.s.main) // our own: our work is gone
-		return false, nil
+		return false
 	}
 	deadline := t.Deadline()
 	if !now.Before(deadline) {
 		m.r.log.Warn("the previous term never recorded its end, and its deadline has passed (its holder died, or stopped renewing); beginning a new term",
 			"previous_epoch", t.Epoch, "previous_holder", describeHolder(t.Holder), "deadline", deadline.Format(time.RFC3339Nano))
-		return true, nil
+		return true
 	}
 	if !m.termLogged {
 		m.termLogged = true
@@ -125,7 +183,7 @@ func (gr *group) previousEnded(ctx context.Context, m *member) (bool, error) {
 			"deadline", deadline.Format(time.RFC3339Nano), "wait_at_most", deadline.Sub(now).Round(time.Millisecond))
 	}
 	m.nextTermCheck = time.Now().Add(min(250*time.Millisecond, deadline.Sub(now)))
-	return false, nil
+	return false
 }
 
 // start runs m's work under the term began.

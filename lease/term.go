@@ -184,16 +184,38 @@ func (r *runner) awaitPrevious(ctx context.Context, s *sessions) (previous, erro
 
 // beginTerm records the new term on the lease session.
 func (r *runner) beginTerm(ctx context.Context, s *sessions) (term.Started, error) {
-	id, err := term.NewID()
+	b, err := r.newTerm(s)
 	if err != nil {
 		return term.Started{}, err
 	}
-	host, _ := os.Hostname()
 	// Not cancelled with ctx (Start bounds itself): a stop that arrives
 	// while the term is being begun must not leave a term the server
 	// recorded and this runner does not know it holds, which the next
 	// leader would wait for until its deadline.
-	st, err := term.Start(context.WithoutCancel(ctx), s.main, term.Begin{
+	st, err := term.Start(context.WithoutCancel(ctx), s.main, b)
+	r.begun(b, st, err)
+	return st, err
+}
+
+// begun records the outcome of beginning term b: held, or, on an error,
+// pending its end (the server may have recorded it before the error, a
+// connection lost at the commit), as soon as a connection allows.
+func (r *runner) begun(b term.Begin, st term.Started, err error) {
+	if err != nil {
+		r.pendingEnd = &pendingEnd{id: b.ID, reason: term.SessionLost, at: time.Now()}
+		return
+	}
+	r.held = &heldTerm{id: b.ID, epoch: st.Epoch}
+}
+
+// newTerm is what a term this runner begins on s records.
+func (r *runner) newTerm(s *sessions) (term.Begin, error) {
+	id, err := term.NewID()
+	if err != nil {
+		return term.Begin{}, err
+	}
+	host, _ := os.Hostname()
+	return term.Begin{
 		Key: r.cfg.Key, Role: r.cfg.Role, ID: id, Keep: r.cfg.HistoryKeep,
 		Holder: term.Holder{Host: host, OSPID: os.Getpid(), FenceBackendPID: s.fenceInfo.BackendPID,
 			Application: r.mainCfg.RuntimeParams["application_name"]},
@@ -207,16 +229,7 @@ func (r *runner) beginTerm(ctx context.Context, s *sessions) (term.Started, erro
 			}
 			r.log.Warn("ended the sessions of fenced transactions of the previous term that were still open: they do not commit", "pids", fmt.Sprint(pids))
 		},
-	})
-	if err != nil {
-		// The server may have recorded the term before the error (a
-		// connection lost at the commit): end it, if it exists, as soon
-		// as a connection allows.
-		r.pendingEnd = &pendingEnd{id: id, reason: term.SessionLost, at: time.Now()}
-		return st, err
-	}
-	r.held = &heldTerm{id: id, epoch: st.Epoch}
-	return st, nil
+	}, nil
 }
 
 // describeHolder names a term's holder in a log line.

@@ -413,3 +413,98 @@ func TestThreeConnectionsAreEnough(t *testing.T) {
 		t.Errorf("with two connections allowed, the lease led or blamed the probe:\n%s", out)
 	}
 }
+
+// TestStartAllBeginsEveryTermOrNone: a group begins the terms of the roles
+// it takes over together, in one transaction: every term begins, each with
+// the next epoch of its key, or, when one previous term still has a fenced
+// transaction open, none does. Keys that share a fencing lock (as 2k and
+// 2k+1 do) begin together too.
+func TestStartAllBeginsEveryTermOrNone(t *testing.T) {
+	ctx := context.Background()
+	admin := pgtest.Conn(t, testLab.DirectDSN(), "")
+	if err := term.Create(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []int64{1, -1, 9100200, 9100201, 1<<40 + 5, -(1 << 50), 1<<63 - 1} {
+		var server int32
+		if err := admin.QueryRow(ctx, "SELECT leasectl.fence_lock($1)", k).Scan(&server); err != nil {
+			t.Fatal(err)
+		}
+		if got := term.FenceLock(k); got != server {
+			t.Errorf("FenceLock(%d) = %d, the server's leasectl.fence_lock says %d", k, got, server)
+		}
+	}
+
+	keys := []int64{9100203, 9100200, 9100201}
+	holder := pgtest.Conn(t, testLab.DirectDSN(), "term-test-group")
+	for _, k := range keys {
+		pgtest.Exec(t, holder, "SELECT pg_advisory_lock($1)", k)
+	}
+	begins := func(wait time.Duration) []term.Begin {
+		var bs []term.Begin
+		for _, k := range keys {
+			id, err := term.NewID()
+			if err != nil {
+				t.Fatal(err)
+			}
+			bs = append(bs, term.Begin{Key: k, Role: fmt.Sprint("group-", k), ID: id, Timing: shortTiming, Keep: 10, FenceWait: wait, Timeout: time.Second,
+				Holder: term.Holder{Host: "test", OSPID: os.Getpid(), Application: "term-test-group"}})
+		}
+		return bs
+	}
+	current := func() map[int64]term.Term {
+		out := map[int64]term.Term{}
+		for _, k := range keys {
+			cur, _, ok, err := term.Current(ctx, admin, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				out[k] = cur
+			}
+		}
+		return out
+	}
+
+	// Epochs that differ from key to key, so that each result must be
+	// its own key's.
+	for range 2 {
+		if _, err := term.Start(ctx, holder, begins(time.Second)[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := current()
+	bs := begins(time.Second)
+	sts, err := term.StartAll(ctx, holder, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := current()
+	for i, k := range keys {
+		cur := after[k]
+		if cur.ID != bs[i].ID || !cur.Live() || sts[i].Epoch != cur.Epoch || cur.Epoch != before[k].Epoch+1 {
+			t.Errorf("key %d: current term %s epoch %d (live %v), StartAll said epoch %d; want the new term %s at epoch %d", k, cur.ID, cur.Epoch, cur.Live(), sts[i].Epoch, bs[i].ID, before[k].Epoch+1)
+		}
+	}
+
+	// A fenced transaction of the first key's term stays open: no term
+	// begins, not even those of the other keys.
+	first := after[keys[0]]
+	fenced := pgtest.Conn(t, testLab.DirectDSN(), "term-test-fenced")
+	pgtest.Exec(t, fenced, "BEGIN")
+	if _, err := term.Fence(ctx, fenced, term.Token(first.Key, first.Epoch, first.ID, first.Role)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := term.StartAll(ctx, holder, begins(100*time.Millisecond)); err == nil {
+		t.Fatal("StartAll began the terms while a fenced transaction of the previous one was open")
+	}
+	for _, k := range keys {
+		if cur := current()[k]; cur.ID != after[k].ID || !cur.Live() {
+			t.Errorf("key %d: after a failed StartAll the current term is %s (live %v), want %s unchanged", k, cur.ID, cur.Live(), after[k].ID)
+		}
+	}
+	pgtest.Exec(t, fenced, "ROLLBACK")
+	if _, err := term.StartAll(ctx, holder, begins(time.Second)); err != nil {
+		t.Errorf("once the fenced transaction ended: %v", err)
+	}
+}

@@ -1,12 +1,14 @@
 package term
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -343,17 +345,10 @@ func Start(ctx context.Context, conn *pgx.Conn, b Begin) (Started, error) {
 }
 
 func start(ctx context.Context, conn *pgx.Conn, b Begin, wait time.Duration) (Started, error) {
-	var s Started
-	keep := max(b.Keep, 1)
 	batch := &pgx.Batch{}
+	var s Started
 	var ended, added int64
-	batch.Queue(fenceLockSQL, b.Key, wait.Milliseconds())
-	batch.Queue(beginSQL, b.Key, b.Role, b.ID, b.Holder.Host, b.Holder.OSPID, int32(b.Holder.FenceBackendPID), b.Holder.Application, b.Timing.HeartbeatInterval.Milliseconds(), b.Timing.HeartbeatTimeout.Milliseconds(),
-		b.Timing.StopTimeout.Milliseconds(), Channel(b.Key)).QueryRow(func(row pgx.Row) error {
-		var note string
-		return row.Scan(&s.Epoch, &s.Began, &ended, &added, &note)
-	})
-	batch.Queue(pruneSQL, b.Key, keep)
+	queueBegin(batch, b, wait, &s, &ended, &added)
 	if err := conn.SendBatch(ctx, batch).Close(); err != nil {
 		return s, wrap("begin the term", err)
 	}
@@ -362,6 +357,79 @@ func start(ctx context.Context, conn *pgx.Conn, b Begin, wait time.Duration) (St
 		return s, fmt.Errorf("begin the term: no history row was added")
 	}
 	return s, nil
+}
+
+// queueBegin queues what begins b's term: its fencing lock, beginSQL and
+// the history's pruning, reading the result into s, ended and added.
+func queueBegin(batch *pgx.Batch, b Begin, wait time.Duration, s *Started, ended, added *int64) {
+	batch.Queue(fenceLockSQL, b.Key, wait.Milliseconds())
+	batch.Queue(beginSQL, b.Key, b.Role, b.ID, b.Holder.Host, b.Holder.OSPID, int32(b.Holder.FenceBackendPID), b.Holder.Application, b.Timing.HeartbeatInterval.Milliseconds(), b.Timing.HeartbeatTimeout.Milliseconds(),
+		b.Timing.StopTimeout.Milliseconds(), Channel(b.Key)).QueryRow(func(row pgx.Row) error {
+		var note string
+		return row.Scan(&s.Epoch, &s.Began, ended, added, &note)
+	})
+	batch.Queue(pruneSQL, b.Key, max(b.Keep, 1))
+}
+
+// StartAll begins the terms of bs (distinct keys, all held by conn) in one
+// round trip and one transaction: every term begins, or none does. It does
+// not end fenced transactions: when one of the previous terms still has
+// some open after its FenceWait, or anything else fails, no term began and
+// the error says why; Start, one term at a time, then deals with them.
+// A lost connection leaves unknown whether they began.
+func StartAll(ctx context.Context, conn *pgx.Conn, bs []Begin) ([]Started, error) {
+	// Every batch takes its fencing locks in one order, so that two
+	// replicas beginning terms at once wait for each other, never deadlock
+	// (keys can share a fencing lock).
+	bs = slices.Clone(bs)
+	order := make([]int, len(bs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(FenceLock(bs[a].Key), FenceLock(bs[b].Key)) })
+	sorted := make([]Begin, len(bs))
+	for i, j := range order {
+		sorted[i] = bs[j]
+	}
+	started, err := startAll(ctx, conn, sorted)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Started, len(bs))
+	for i, j := range order {
+		out[j] = started[i]
+	}
+	return out, nil
+}
+
+// FenceLock is leasectl.fence_lock(key): the second half of the fencing
+// lock of key's terms. Keys may share one.
+func FenceLock(key int64) int32 {
+	return int32(((key ^ (key >> 32)) & 2147483647) | 1)
+}
+
+func startAll(ctx context.Context, conn *pgx.Conn, bs []Begin) ([]Started, error) {
+	out := make([]Started, len(bs))
+	ended, added := make([]int64, len(bs)), make([]int64, len(bs))
+	batch := &pgx.Batch{}
+	var wait, timeout time.Duration
+	for i, b := range bs {
+		w := max(b.FenceWait, time.Millisecond)
+		queueBegin(batch, b, w, &out[i], &ended[i], &added[i])
+		wait, timeout = max(wait, w), max(timeout, b.Timeout)
+	}
+	sctx, cancel := context.WithTimeout(ctx, wait+max(timeout, time.Second))
+	defer cancel()
+	if err := conn.SendBatch(sctx, batch).Close(); err != nil {
+		return nil, wrap("begin the terms", err)
+	}
+	for i := range bs {
+		out[i].EndedPrevious = ended[i] > 0
+		if added[i] != 1 {
+			return nil, fmt.Errorf("begin the term of key %d: no history row was added", bs[i].Key)
+		}
+	}
+	return out, nil
 }
 
 // endFenced ends the sessions of the fenced transactions that hold key's
