@@ -244,7 +244,10 @@ func TestHostileDSNs(t *testing.T) {
 		{"empty host list", "postgres://app:" + hostilePW + "@,/app?port=1", unreachable("connect to ", ".s.PGSQL.1", "no server socket at that path"), "no server socket"},
 		{"closed port", fmt.Sprintf("postgres://app:%s@127.0.0.1:%d/app?sslmode=disable", hostilePW, closedPort(t)),
 			unreachable("connection refused", "is the server running? check the host and port in the DSN"), "connection refused"},
-		{"unresolvable host", "postgres://app:" + hostilePW + "@host.invalid:5432/app", unreachable("connect to host.invalid:5432", "the host name does not resolve: check the DSN"), "host.invalid"},
+		// A name with an empty label: Go's resolver and glibc's both answer
+		// "no such host" without sending a query, so nothing leaves the
+		// machine, and the error is the one a name that does not exist gets.
+		{"unresolvable host", "postgres://app:" + hostilePW + "@no..such.host.invalid:5432/app", unreachable("connect to no..such.host.invalid:5432", "cannot resolve no..such.host.invalid: no such host", "the host name does not resolve: check the DSN"), "no..such.host.invalid"},
 		{"wrong password", withPassword(needLab(t).DirectDSN(), needLab(t).User),
 			unreachable("password authentication failed", "check the user and password in the DSN, PGPASSWORD or the pgpass file"), "password authentication failed"},
 		{"wrong password through PgBouncer", withPassword(needLab(t).PoolerDSN("session"), needLab(t).User),
