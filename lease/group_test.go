@@ -78,7 +78,7 @@ func (f *groupFleet) start(name string, mutate func(*lease.Group)) *replica {
 	}
 	go func() { defer close(r.done); r.err = lease.RunGroup(ctx, g) }()
 	f.reps[name] = r
-	f.t.Cleanup(func() { cancel(); <-r.done })
+	f.t.Cleanup(func() { cancel(); recv(f.t, r.done, name+"'s RunGroup returning") })
 	return r
 }
 
@@ -172,7 +172,7 @@ func TestGroupTakesOverWhenAReplicaEnds(t *testing.T) {
 	f.reps["a"].cancel()
 	conn := pgtest.Conn(t, testLab.DirectDSN(), "")
 	pgtest.Exec(t, conn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'group test a'")
-	<-f.reps["a"].done
+	recv(t, f.reps["a"].done, "a's RunGroup returning")
 	f.until("all led by b and c", func() bool {
 		by, n := f.leaders()
 		return n == 9 && by["a"] == 0

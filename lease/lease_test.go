@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -123,6 +124,21 @@ func (r *runResult) wait(t *testing.T) error {
 	}
 }
 
+// recv returns the next value from ch, failing the test when none comes
+// within a minute (a hang, not a timing assertion): a broken lease must not
+// hang the suite.
+func recv[T any](t testing.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(time.Minute):
+		t.Fatalf("%s did not happen within a minute", what)
+		var zero T
+		return zero
+	}
+}
+
 // TestOneLeaderAtATimeAndCleanHandoff: of two leases on one key exactly one
 // works at any time; when the leader's Run is cancelled it stops work,
 // releases the key and the stand-by takes over; after both return the key
@@ -152,7 +168,7 @@ func TestOneLeaderAtATimeAndCleanHandoff(t *testing.T) {
 	defer cancelA()
 	defer cancelB()
 	a := start(ctxA, baseConfig(testLab.DirectDSN(), key, recA), work("A"))
-	first := <-started
+	first := recv(t, started, "a first leader")
 	b := start(ctxB, baseConfig(testLab.DirectDSN(), key, recB), work("B"))
 	if first != "A" {
 		t.Fatalf("first leader %s, want A (B had not started)", first)
@@ -166,7 +182,7 @@ func TestOneLeaderAtATimeAndCleanHandoff(t *testing.T) {
 	if err := a.wait(t); !errors.Is(err, context.Canceled) {
 		t.Errorf("A's Run returned %v, want what its work returned (context.Canceled)", err)
 	}
-	if got := <-started; got != "B" {
+	if got := recv(t, started, "a takeover after A stopped"); got != "B" {
 		t.Fatalf("after A stopped, %s started; want B", got)
 	}
 	cancelB()
@@ -200,13 +216,13 @@ func TestTerminatedSessionIsNoticedAtOnce(t *testing.T) {
 		causes <- context.Cause(ctx)
 		return nil
 	})
-	first := <-pids
+	first := recv(t, pids, "a first leader")
 	terminate(t, key, first)
 	var lost *lease.LostError
-	if cause := <-causes; !errors.As(cause, &lost) {
+	if cause := recv(t, causes, "the end of work after the termination"); !errors.As(cause, &lost) {
 		t.Fatalf("work's context cause = %v, want a *lease.LostError", cause)
 	}
-	if second := <-pids; second == first {
+	if second := recv(t, pids, "leading again after the termination"); second == first {
 		t.Errorf("led again on backend %d, the terminated one", second)
 	}
 	cancel()
@@ -234,9 +250,9 @@ func TestHeartbeatsKeepTheSession(t *testing.T) {
 		<-ctx.Done()
 		return nil
 	})
-	<-leading
+	recv(t, leading, "leading")
 	for n := 0; n < 20; n++ {
-		<-beats
+		recv(t, beats, fmt.Sprintf("heartbeat %d", n+1))
 	}
 	cancel()
 	if err := r.wait(t); err != nil {
@@ -328,11 +344,11 @@ func TestRestartedServerIsNoticedAndLedAgain(t *testing.T) {
 		<-ctx.Done()
 		return nil
 	})
-	<-leading
+	recv(t, leading, "leading")
 	if err := testLab.RestartPrimary(context.Background(), "fast"); err != nil {
 		t.Fatal(err)
 	}
-	<-leading
+	recv(t, leading, "leading again after the restart")
 	cancel()
 	r.wait(t)
 	if n := rec.count(lease.Leading); n != 2 {
@@ -352,7 +368,7 @@ func TestUnreachableServerKeepsRetrying(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := start(ctx, cfg, func(context.Context) error { t.Error("led without a server"); return nil })
 	for i := 0; i < 3; i++ {
-		<-retries
+		recv(t, retries, fmt.Sprintf("retry %d", i+1))
 	}
 	cancel()
 	if err := r.wait(t); !errors.Is(err, context.Canceled) {
@@ -433,12 +449,12 @@ func TestNewLeaderWaitsForTheStopFence(t *testing.T) {
 	defer cancel()
 	recA, recB := newRecorder(), newRecorder()
 	a := start(ctx, baseConfig(testLab.DirectDSN(), key, recA), work("A"))
-	pidA := <-started
+	pidA := recv(t, started, "A leads")
 	b := start(ctx, baseConfig(testLab.DirectDSN(), key, recB), work("B"))
 	recB.waitFor(t, lease.StandingBy)
 
 	terminate(t, key, pidA)
-	pidB := <-started
+	pidB := recv(t, started, "B leads after A's termination")
 	if pidB == pidA {
 		t.Fatalf("B leads on A's terminated backend %d", pidA)
 	}
@@ -482,7 +498,7 @@ func TestSessionsNameTheReplica(t *testing.T) {
 			got <- [2]string{main, fence}
 			return nil
 		})
-		names := <-got
+		names := recv(t, got, "work reading its session names")
 		r.wait(t)
 		cancel()
 		if names[0] != tc.want || names[1] != tc.want+" fence" {
