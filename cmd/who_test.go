@@ -228,7 +228,7 @@ func TestWhoFlagsAStrandedLockAsStale(t *testing.T) {
 	if res := who(t, keysPath, "scheduler", "--check"); res.Code != 0 {
 		t.Fatalf("a fresh holder: --check exit %d, want 0\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
-	time.Sleep(2 * time.Second) // idle past the 1 s threshold below
+	pgtest.WaitIdleHolder(t, pgtest.Conn(t, needLab(t).DirectDSN(), "observer"), schedulerKey, time.Second) // past the threshold below
 	res := who(t, keysPath, "scheduler", "--stale", "1s")
 	row(t, res.Stdout, "scheduler", strconv.Itoa(schedulerKey), "HELD", "STALE", "stranding-client")
 	if !strings.Contains(res.Stdout, "stranded") {

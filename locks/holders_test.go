@@ -192,11 +192,11 @@ func TestStaleHolder(t *testing.T) {
 	const key = 1840000444
 	pgtest.Exec(t, holder, "SELECT pg_advisory_lock($1)", int64(key))
 	t.Cleanup(func() { _, _ = locks.Unlock(ctx, holder, key) })
-	time.Sleep(2 * time.Second) // let the holder idle past a 1 s threshold
+	pgtest.WaitIdleHolder(t, observer, key, time.Second)
 	snap := read(t, observer, locks.Filter{Keys: []locks.Key{locks.BigintKey(key)}})
 	lease := snap.ByRole(nil, []locks.Key{locks.BigintKey(key)}, false)[0]
 	if got := lease.Health(snap.Now, time.Second); got != locks.StaleHolder {
-		t.Errorf("health with a 1s threshold after 2s idle = %v, want StaleHolder", got)
+		t.Errorf("health with a 1s threshold once idle past 1s = %v, want StaleHolder", got)
 	}
 	if got := lease.Health(snap.Now, time.Hour); got != locks.Healthy {
 		t.Errorf("health with a 1h threshold = %v, want Healthy", got)

@@ -165,6 +165,38 @@ func Alive(t testing.TB, conn *pgx.Conn, pid int32) bool {
 	return alive
 }
 
+// WaitIdleHolder waits until the holder of advisory key has been idle for
+// longer than d, by the server's clock in pg_stat_activity (the one that
+// stale-holder detection reads), as conn sees it: a test of that detection
+// needs a holder that has really idled past its threshold. It fails t
+// after a minute (a hang, not a slow machine).
+func WaitIdleHolder(t testing.TB, conn *pgx.Conn, key int64, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	k := locks.BigintKey(key)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		snap, err := locks.Read(ctx, conn, locks.Filter{Keys: []locks.Key{k}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, held := snap.Find(k).Holder()
+		idle := false
+		if held && h.PID != 0 {
+			err := conn.QueryRow(ctx, `SELECT coalesce(bool_or(state LIKE 'idle%' AND clock_timestamp() - state_change > make_interval(secs => $2)), false)
+  FROM pg_stat_activity WHERE pid = $1`, h.PID, d.Seconds()).Scan(&idle)
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if idle {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder of key %d (held: %v, %+v) did not idle past %s within a minute", key, held, h, d)
+		}
+	}
+}
+
 // Strand strands key on a pooled server connection the way FACTS.md says it
 // happens: a client takes it through the named pooler of l and leaves; the
 // server connection keeps it. The pooler must be a transaction pool of one

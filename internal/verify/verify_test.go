@@ -107,7 +107,7 @@ func TestEveryWayToFail(t *testing.T) {
 	}
 	idle := pgtest.Conn(t, testLab.DirectDSN(), "idle-leader")
 	pgtest.Exec(t, idle, "SELECT pg_advisory_lock($1)", roles[1].Key)
-	time.Sleep(1100 * time.Millisecond) // idle past the 1 s threshold below
+	pgtest.WaitIdleHolder(t, pgtest.Conn(t, testLab.DirectDSN(), "observer"), roles[1].Key, time.Second) // past StaleAfter below
 	for _, app := range []string{"shared-a", "shared-b"} {
 		c := pgtest.Conn(t, testLab.DirectDSN(), app)
 		pgtest.Exec(t, c, "SELECT pg_advisory_lock_shared($1)", roles[2].Key)
