@@ -119,7 +119,7 @@ func TestFaults(t *testing.T) {
 					res.poolerLeads, res.poolerRefusals = f.checkPoolers()
 					res.unsafe += res.poolerLeads
 				}
-				settle()
+				h.caughtUp(t)
 				res.overlaps = h.count(from, isOverlap)
 				if res.overlaps > 0 {
 					t.Errorf("%d overlap(s): two programs ran at once", res.overlaps)
@@ -181,7 +181,7 @@ func TestFaults(t *testing.T) {
 	scenario("HA failover: primary stopped, standby promoted", "multi-host DSN with target_session_attrs=primary, defaults", nil,
 		haFailover)
 
-	settle()
+	h.caughtUp(t)
 	if n := h.count(0, isOverlap); n > 0 {
 		t.Errorf("%d overlap(s) in the whole suite", n)
 	}
@@ -195,10 +195,6 @@ func settingsOf(flags []string) string {
 	}
 	return strings.Join(flags, " ")
 }
-
-// settle gives the listener time to read what the last witnesses wrote
-// before they exited, so that no overlap report is missed.
-func settle() { time.Sleep(200 * time.Millisecond) }
 
 // sigkills SIGKILLs the leading leasectl n times. With default settings the
 // key passes only once its program is gone too (Pdeathsig, and the lease

@@ -136,6 +136,35 @@ func (h *harness) await(t *testing.T, from int, limit time.Duration, what string
 	}
 }
 
+// caughtUp returns once h.events holds every report that any witness wrote
+// before the call, even one that wrote and exited a moment ago, so that a
+// count that follows misses none; when that cannot be made sure within
+// hang it fails t and returns false.
+func (h *harness) caughtUp(t *testing.T) bool {
+	t.Helper()
+	n, err := h.listener.Sync(hang)
+	if err != nil {
+		t.Errorf("witness reports may be unread, so overlaps may be missed: %v", err)
+		return false
+	}
+	deadline := time.NewTimer(hang)
+	defer deadline.Stop()
+	for {
+		h.mu.Lock()
+		got, wake := len(h.events), h.wake
+		h.mu.Unlock()
+		if int64(got) >= n {
+			return true
+		}
+		select {
+		case <-wake:
+		case <-deadline.C:
+			t.Errorf("witness reports may be unread, so overlaps may be missed: %d of %d events collected within %s", got, n, hang)
+			return false
+		}
+	}
+}
+
 // count returns how many events since position from match.
 func (h *harness) count(from int, match func(leasetest.Event) bool) int {
 	h.mu.Lock()

@@ -615,6 +615,7 @@ func (run *groupRun) settled(res *groupResult, what string) groupState {
 // test on any, naming each, and returns how many there were.
 func (run *groupRun) overlaps(what string) int {
 	g := run.g
+	g.h.caughtUp(g.t)
 	evs := g.h.eventsSince(run.overlapFrom)
 	run.overlapFrom += len(evs)
 	var each []string
@@ -666,7 +667,6 @@ func (run *groupRun) calm(d time.Duration) string {
 		run.sessions = max(run.sessions, n)
 	}
 	moves := g.h.count(from, isStart)
-	settle()
 	run.overlaps("the calm")
 	total := g.h.count(0, isOverlap)
 	sessions := make([]string, groupReplicas)

@@ -6,11 +6,12 @@
 package leasetest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,6 +92,32 @@ type Listener struct {
 	Events chan Event
 	ln     net.Listener
 	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	conns    map[*witnessConn]struct{} // accepted, not yet read to the end
+	marks    map[string]chan struct{}  // Sync's markers, until read
+	nextMark int
+	// delivered counts the events sent on Events.
+	delivered atomic.Int64
+}
+
+// syncMark is the kind of the line Sync sends through the socket itself;
+// it is never delivered.
+const syncMark = "listener-sync"
+
+// witnessConn is one witness's connection, and the state of the Syncs
+// that wait on its reader.
+type witnessConn struct {
+	c *net.UnixConn
+
+	mu sync.Mutex
+	// asked and answered count the Syncs that asked the reader to catch
+	// up, and the last one it answered; over is set once it read to the
+	// end (or failed, err), which answers every Sync.
+	asked, answered uint64
+	over            bool
+	err             error
+	changed         chan struct{} // closed and replaced when answered or over change
 }
 
 // Listen opens a listener socket in dir.
@@ -99,7 +127,8 @@ func Listen(dir string) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Listener{Path: path, Events: make(chan Event, 1024), ln: ln}
+	l := &Listener{Path: path, Events: make(chan Event, 1024), ln: ln,
+		conns: map[*witnessConn]struct{}{}, marks: map[string]chan struct{}{}}
 	l.wg.Add(1)
 	go l.accept()
 	return l, nil
@@ -112,18 +141,204 @@ func (l *Listener) accept() {
 		if err != nil {
 			return
 		}
-		go func() {
-			defer c.Close()
-			sc := bufio.NewScanner(c)
-			for sc.Scan() {
-				var ev Event
-				if json.Unmarshal(sc.Bytes(), &ev) == nil {
-					ev.At = time.Now()
-					l.Events <- ev
-				}
-			}
-		}()
+		// Registered before the next accept: once Sync's marker is read,
+		// every connection queued before it is in conns.
+		wc := &witnessConn{c: c.(*net.UnixConn), changed: make(chan struct{})}
+		l.mu.Lock()
+		l.conns[wc] = struct{}{}
+		l.mu.Unlock()
+		go l.read(wc)
 	}
+}
+
+// read delivers the lines of wc until its witness closes it (or dies).
+// When a Sync asks, it first reads everything queued on the socket at that
+// moment, so every report the witness wrote before the Sync is delivered.
+func (l *Listener) read(wc *witnessConn) {
+	var err error
+	defer func() {
+		wc.c.Close()
+		l.mu.Lock()
+		delete(l.conns, wc)
+		l.mu.Unlock()
+		wc.finish(err)
+	}()
+	var pending []byte
+	buf := make([]byte, 64*1024)
+	readSome := func() (int, error) {
+		n, err := wc.c.Read(buf)
+		pending = append(pending, buf[:n]...)
+		for {
+			line, rest, ok := bytes.Cut(pending, []byte("\n"))
+			if !ok {
+				break
+			}
+			l.line(line)
+			pending = rest
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			// A Sync woke the read: the loop below looks at what it asks.
+			_ = wc.c.SetReadDeadline(time.Time{})
+			err = nil
+		}
+		return n, err
+	}
+	for {
+		// Cleared before looking for a request, which sets the deadline
+		// after counting itself: none is missed.
+		_ = wc.c.SetReadDeadline(time.Time{})
+		if asked := wc.requested(); asked > 0 {
+			var queued int
+			if queued, err = unread(wc.c); err != nil {
+				return
+			}
+			for queued > 0 && err == nil {
+				var n int
+				n, err = readSome()
+				queued -= n
+			}
+			if err != nil {
+				break
+			}
+			wc.answer(asked)
+			continue
+		}
+		if _, err = readSome(); err != nil {
+			break
+		}
+	}
+	if len(pending) > 0 { // a last line without its newline
+		l.line(pending)
+	}
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+}
+
+// line delivers one line of a witness, or signals Sync's marker.
+func (l *Listener) line(b []byte) {
+	var ev Event
+	if json.Unmarshal(b, &ev) != nil {
+		return
+	}
+	if ev.Kind == syncMark {
+		l.mu.Lock()
+		if seen, ok := l.marks[ev.Detail]; ok {
+			close(seen)
+			delete(l.marks, ev.Detail)
+		}
+		l.mu.Unlock()
+		return
+	}
+	ev.At = time.Now()
+	l.Events <- ev
+	l.delivered.Add(1)
+}
+
+// requested returns the last Sync's number if the reader has not answered
+// it yet, else 0.
+func (wc *witnessConn) requested() uint64 {
+	wc.mu.Lock()
+	defer wc.mu.Unlock()
+	if wc.asked > wc.answered {
+		return wc.asked
+	}
+	return 0
+}
+
+func (wc *witnessConn) answer(n uint64) {
+	wc.mu.Lock()
+	defer wc.mu.Unlock()
+	wc.answered = n
+	close(wc.changed)
+	wc.changed = make(chan struct{})
+}
+
+func (wc *witnessConn) finish(err error) {
+	wc.mu.Lock()
+	defer wc.mu.Unlock()
+	wc.over, wc.err = true, err
+	close(wc.changed)
+	wc.changed = make(chan struct{})
+}
+
+// ask asks the reader to catch up, and returns the request's number.
+func (wc *witnessConn) ask() uint64 {
+	wc.mu.Lock()
+	wc.asked++
+	n := wc.asked
+	wc.mu.Unlock()
+	_ = wc.c.SetReadDeadline(time.Unix(1, 0)) // wakes a Read that waits
+	return n
+}
+
+// await waits until the reader answered request n or read to the end.
+func (wc *witnessConn) await(n uint64, deadline <-chan time.Time) error {
+	for {
+		wc.mu.Lock()
+		answered, over, err, changed := wc.answered >= n, wc.over, wc.err, wc.changed
+		wc.mu.Unlock()
+		switch {
+		case over && err != nil:
+			return fmt.Errorf("reading a witness's reports: %w", err)
+		case over || answered:
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			return errors.New("a witness's reports were not read in time")
+		}
+	}
+}
+
+// Sync returns once every event that any witness wrote to the socket
+// before the call has been sent on Events, with the number of events sent
+// on Events so far (at least those): a consumer that has received that
+// many has seen every report written before Sync. A witness that writes
+// and exits at once may still be queued in the socket's backlog, unread;
+// Sync connects itself, queues behind it, and waits until it is accepted,
+// then has every connection read what is queued on it. It fails after
+// limit (when the consumer of Events stalls, say).
+func (l *Listener) Sync(limit time.Duration) (int64, error) {
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	l.mu.Lock()
+	l.nextMark++
+	id := strconv.Itoa(l.nextMark)
+	seen := make(chan struct{})
+	l.marks[id] = seen
+	l.mu.Unlock()
+	c, err := net.DialTimeout("unix", l.Path, limit)
+	if err != nil {
+		return 0, err
+	}
+	err = json.NewEncoder(c).Encode(Event{Kind: syncMark, Detail: id})
+	c.Close()
+	if err != nil {
+		return 0, err
+	}
+	select {
+	case <-seen:
+	case <-timer.C:
+		return 0, fmt.Errorf("the listener did not accept a connection within %s", limit)
+	}
+	l.mu.Lock()
+	conns := make([]*witnessConn, 0, len(l.conns))
+	for wc := range l.conns {
+		conns = append(conns, wc)
+	}
+	l.mu.Unlock()
+	asked := make([]uint64, len(conns))
+	for i, wc := range conns {
+		asked[i] = wc.ask()
+	}
+	for i, wc := range conns {
+		if err := wc.await(asked[i], timer.C); err != nil {
+			return 0, fmt.Errorf("%w (%d connections, within %s)", err, len(conns), limit)
+		}
+	}
+	return l.delivered.Load(), nil
 }
 
 // Next returns the next event, or false when none arrives within limit.
