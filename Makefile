@@ -43,7 +43,7 @@ completions docs:
 # The full fault suite (internal/chaos); `make test` and CI run its bounded
 # version. Needs root for the network partition.
 chaos:
-	bash -c '. scripts/lib.sh && ensure_deps'
+	bash -c '. scripts/lib.sh && ensure_deps test'
 	go test ./internal/chaos -count=1 -v -timeout 60m -args -full
 
 # goreleaser, pinned: installed with go install when missing (the Go module

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-ensure_deps
+ensure_deps demo
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 # run prints a command as written, then runs it and shows a non-zero exit code.

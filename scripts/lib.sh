@@ -1,45 +1,61 @@
-# Shared by scripts/demo.sh, scripts/test.sh and .ci/run: make sure Go,
-# PostgreSQL and PgBouncer (and ip and nft for the fault suite) are there,
-# installing the Debian packages when not.
+# Shared by scripts/demo.sh, scripts/test.sh (and so .ci/run) and `make
+# chaos`: `ensure_deps demo` or `ensure_deps test` makes sure Go and what
+# that job runs are there, installing the missing Debian packages.
 
 if ! command -v go >/dev/null 2>&1 && [ -x /usr/local/go/bin/go ]; then
   export PATH="/usr/local/go/bin:$PATH"
 fi
 
+# need_packages JOB prints the Debian packages that JOB (demo or test) needs
+# and this machine lacks.
 need_packages() {
   local missing=()
+  # Both: the lab's PostgreSQL (initdb, pg_ctl, postgres, pg_basebackup)
+  # and PgBouncer, psql; git, which go build asks for the commit in a clone.
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || missing+=(postgresql)
   command -v psql >/dev/null 2>&1 || missing+=(postgresql-client)
   command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing+=(pgbouncer)
   command -v git >/dev/null 2>&1 || missing+=(git)
-  # make: the docs tests run `make install` into a staging directory.
-  command -v make >/dev/null 2>&1 || missing+=(make)
-  # The fault suite's network partition (internal/chaos): ip netns, veth, nft.
-  command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
-  command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
-  # The lab's optional front doors, which the probe's tests go through:
-  # pgpool-II load balancing, HAProxy, a socat unix-to-TCP relay.
-  command -v pgpool >/dev/null 2>&1 || [ -x /usr/sbin/pgpool ] || missing+=(pgpool2)
-  command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
-  command -v socat >/dev/null 2>&1 || missing+=(socat)
-  # The HA lab: Patroni (its Debian package brings python3-etcd and
-  # psycopg2) and etcd 3.4.
-  command -v patroni >/dev/null 2>&1 || missing+=(patroni)
-  command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
-  # The release tests (internal/release): promtool checks the alerting
-  # rules; curl is the GitHub Action's downloader.
-  command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
-  command -v curl >/dev/null 2>&1 || missing+=(curl)
+  if [ "$1" = test ]; then
+    # make: the docs tests run `make install` into a staging directory.
+    command -v make >/dev/null 2>&1 || missing+=(make)
+    # The fault suite's network partition (internal/chaos): ip netns, veth, nft.
+    command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
+    command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
+    # The lab's optional front doors, which the probe's tests go through:
+    # pgpool-II load balancing, HAProxy, a socat unix-to-TCP relay.
+    command -v pgpool >/dev/null 2>&1 || [ -x /usr/sbin/pgpool ] || missing+=(pgpool2)
+    command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
+    command -v socat >/dev/null 2>&1 || missing+=(socat)
+    # The HA lab: Patroni (its Debian package brings python3-etcd and
+    # psycopg2) and etcd 3.4.
+    command -v patroni >/dev/null 2>&1 || missing+=(patroni)
+    command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+    # The release tests (internal/release): promtool checks the alerting
+    # rules; curl is the GitHub Action's downloader.
+    command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+    command -v curl >/dev/null 2>&1 || missing+=(curl)
+  fi
   echo "${missing[@]}"
 }
 
+# ensure_deps JOB: demo (a lab of PostgreSQL and PgBouncer) or test (the
+# whole suite: every lab, the fault suite, the release tests).
 ensure_deps() {
+  local job="${1:-}"
+  case "$job" in
+  demo | test) ;;
+  *)
+    echo "ensure_deps: say demo or test, not '$job'" >&2
+    exit 2
+    ;;
+  esac
   if ! command -v go >/dev/null 2>&1; then
     echo "go not found: install Go 1.26 (https://go.dev/dl/) and put it on PATH" >&2
     exit 1
   fi
   local missing
-  missing="$(need_packages)"
+  missing="$(need_packages "$job")"
   if [ -n "$missing" ]; then
     local sudo=""
     [ "$(id -u)" -ne 0 ] && sudo="sudo"
@@ -49,8 +65,10 @@ ensure_deps() {
   fi
   # goreleaser, pinned, for internal/release's release test (go install
   # once; offline afterwards).
-  command -v goreleaser >/dev/null 2>&1 || [ -x "$(go env GOPATH)/bin/goreleaser" ] ||
-    go install github.com/goreleaser/goreleaser/v2@v2.15.1
+  if [ "$job" = test ]; then
+    command -v goreleaser >/dev/null 2>&1 || [ -x "$(go env GOPATH)/bin/goreleaser" ] ||
+      go install github.com/goreleaser/goreleaser/v2@v2.15.1
+  fi
   # Debian's packages may start their own cluster and pooler on 5432/6432;
   # leasectl's lab uses its own free ports, so they do not get in the way.
 }

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-ensure_deps
+ensure_deps test
 go vet ./...
 bash scripts/cross.sh
 go test -count=1 -timeout 20m "$@" ./...
