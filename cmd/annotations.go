@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/leasectl/leasectl/internal/keyslint"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/spf13/cobra"
 )
@@ -20,7 +21,7 @@ import (
 // annotationPath is the path GitHub annotations need: relative to the
 // repository root. Outside a repository it is the path as given.
 func annotationPath(ctx context.Context, path string) string {
-	if p, err := keys.RepoPath(ctx, path); err == nil {
+	if p, err := keyslint.RepoPath(ctx, path); err == nil {
 		return p
 	}
 	return filepath.ToSlash(path)
@@ -28,9 +29,9 @@ func annotationPath(ctx context.Context, path string) string {
 
 // writeAnnotation writes one GitHub Actions workflow command, which shows
 // the finding on the pull request's diff at file:line.
-func writeAnnotation(w io.Writer, sev keys.Severity, file string, line int, rule, message string) {
+func writeAnnotation(w io.Writer, sev keyslint.Severity, file string, line int, rule, message string) {
 	cmd := "error"
-	if sev != keys.SeverityError {
+	if sev != keyslint.SeverityError {
 		cmd = "notice"
 	}
 	writeWorkflowCommand(w, cmd, file, line, "", rule+": "+message)
@@ -108,7 +109,7 @@ func writeErrorAnnotations(ctx context.Context, w io.Writer, app *App, c *cobra.
 			// The keys file itself, or a --base-file: at its lines.
 			at := annotationPath(ctx, invalid.Path)
 			for _, p := range invalid.Problems {
-				writeAnnotation(w, keys.SeverityError, at, p.Line, p.Rule, p.Message)
+				writeAnnotation(w, keyslint.SeverityError, at, p.Line, p.Rule, p.Message)
 			}
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/leasectl/leasectl/internal/keyslint"
 	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/spf13/cobra"
@@ -16,11 +17,11 @@ import (
 func withFlagHints(app *App, c *cobra.Command, err error) error {
 	var (
 		notFound *keys.NotFoundError
-		gitErr   *keys.GitError
-		notRepo  *keys.NotRepoError
-		notAt    *keys.NotAtRefError
-		noBase   *keys.NoBaseError
-		shallow  *keys.ShallowError
+		gitErr   *keyslint.GitError
+		notRepo  *keyslint.NotRepoError
+		notAt    *keyslint.NotAtRefError
+		noBase   *keyslint.NoBaseError
+		shallow  *keyslint.ShallowError
 		running  *lab.AlreadyRunningError
 	)
 	switch {

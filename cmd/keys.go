@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/leasectl/leasectl/internal/keyslint"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/spf13/cobra"
 )
@@ -59,7 +60,7 @@ func completeKeysFile(_ *cobra.Command, args []string, _ string) ([]cobra.Comple
 	return []cobra.Completion{"yaml", "yml"}, cobra.ShellCompDirectiveFilterFileExt
 }
 
-func rulesHelp(rules []keys.RuleDoc) string {
+func rulesHelp(rules []keyslint.RuleDoc) string {
 	var b strings.Builder
 	for _, r := range rules {
 		fmt.Fprintf(&b, "  %-19s %-5s  %s\n", r.Name, r.Severity, strings.ReplaceAll(r.Doc, "`", ""))
@@ -88,7 +89,7 @@ Keys are int64 values written in plain decimal or as 0x hex: the spellings
 every YAML reader agrees on. Anchors and aliases are refused.
 
 Rules:
-` + rulesHelp(keys.LintRules),
+` + rulesHelp(keyslint.LintRules),
 		Example: `  leasectl keys lint
   leasectl keys lint deploy/keys.yaml -o github-actions
   kubectl get configmap leases -o jsonpath='{.data.keys\.yaml}' | leasectl keys lint -`,
@@ -246,7 +247,7 @@ annotation on the pull request.
 Exit 1 when any finding is an error, 0 otherwise, 2 on invalid input.
 
 Rules:
-` + rulesHelp(keys.DiffRules),
+` + rulesHelp(keyslint.DiffRules),
 		Example: `  leasectl keys diff                          # against the latest tag
   leasectl keys diff --base v1.4.0
   leasectl keys diff deploy/keys.yaml --base origin/main -o github-actions
@@ -299,12 +300,12 @@ type diffBaseJSON struct {
 }
 
 type findingJSON struct {
-	Rule     string        `json:"rule"`
-	Severity keys.Severity `json:"severity"`
-	File     string        `json:"file"`
-	Line     int           `json:"line"`
-	Role     *string       `json:"role"`
-	Message  string        `json:"message"`
+	Rule     string            `json:"rule"`
+	Severity keyslint.Severity `json:"severity"`
+	File     string            `json:"file"`
+	Line     int               `json:"line"`
+	Role     *string           `json:"role"`
+	Message  string            `json:"message"`
 }
 
 func runKeysDiff(ctx context.Context, opts *keysDiffOptions) error {
@@ -313,14 +314,14 @@ func runKeysDiff(ctx context.Context, opts *keysDiffOptions) error {
 	if path == "" {
 		path = app.KeysPath()
 	}
-	head, err := keys.LoadHead(path)
+	head, err := keyslint.LoadHead(path)
 	if err != nil {
 		return err
 	}
 	res := &diffResult{File: path, Compatible: true, Findings: []findingJSON{}}
 	var base *keys.File
 	if opts.BaseFile != "" {
-		base, err = keys.LoadBase(opts.BaseFile)
+		base, err = keyslint.LoadBase(opts.BaseFile)
 		var missing *keys.NotFoundError
 		if errors.As(err, &missing) {
 			err = &InputError{Err: fmt.Errorf("--base-file %s not found: pass the path of the keys file to compare with (or --base REF to read it from git)", opts.BaseFile)}
@@ -328,22 +329,22 @@ func runKeysDiff(ctx context.Context, opts *keysDiffOptions) error {
 		res.Base = &diffBaseJSON{Source: "file", Path: opts.BaseFile}
 		res.baseLabel = opts.BaseFile
 	} else {
-		var src keys.GitSource
-		base, src, err = keys.LoadFromGit(ctx, path, opts.Base)
+		var src keyslint.GitSource
+		base, src, err = keyslint.LoadFromGit(ctx, path, opts.Base)
 		if err == nil {
 			res.Base = &diffBaseJSON{Source: "git", Ref: strOrNil(src.Ref), Commit: strOrNil(src.Commit), Path: src.Path}
 			res.baseLabel = src.String()
 		}
 	}
 	switch {
-	case err != nil && opts.AllowMissingBase && keys.IsMissingBase(err):
+	case err != nil && opts.AllowMissingBase && keyslint.IsMissingBase(err):
 		msg := err.Error()
 		res.MissingBase = &msg
 	case err != nil:
 		return err
 	default:
-		for _, f := range keys.Diff(base, head) {
-			if f.Severity == keys.SeverityError {
+		for _, f := range keyslint.Diff(base, head) {
+			if f.Severity == keyslint.SeverityError {
 				res.Errors++
 			} else {
 				res.Infos++
@@ -382,7 +383,7 @@ func renderDiff(ctx context.Context, app *App, format string, res *diffResult) e
 		st := app.styles()
 		for _, f := range res.Findings {
 			sev := st.Info.Render(string(f.Severity))
-			if f.Severity == keys.SeverityError {
+			if f.Severity == keyslint.SeverityError {
 				sev = st.Fail.Render(string(f.Severity))
 			}
 			fmt.Fprintf(w, "%s: %s %s: %s\n", st.Bold.Render(termSafe(fmt.Sprintf("%s:%d", f.File, f.Line))), sev, f.Rule, termSafe(f.Message))

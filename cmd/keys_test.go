@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/leasectl/leasectl/internal/gittest"
-	"github.com/leasectl/leasectl/keys"
+	"github.com/leasectl/leasectl/internal/keyslint"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
@@ -209,7 +209,7 @@ func TestKeysDiffFromGit(t *testing.T) {
 		t.Fatal(err)
 	}
 	if out.Base.Ref != "v1.0.0" || out.Base.Commit != r.Git("rev-parse", "v1.0.0") || out.Base.Path != "keys.yaml" || out.Base.Source != "git" ||
-		out.OK || len(out.Findings) != 1 || out.Findings[0].Rule != keys.RuleKeyChanged {
+		out.OK || len(out.Findings) != 1 || out.Findings[0].Rule != keyslint.RuleKeyChanged {
 		t.Errorf("json: %+v", out)
 	}
 
@@ -296,7 +296,7 @@ func TestKeysColorOnlyOnATerminal(t *testing.T) {
 
 func TestGitHubAnnotationEscaping(t *testing.T) {
 	var b strings.Builder
-	writeAnnotation(&b, keys.SeverityInfo, "a,b:c.yaml", 0, "ROLE_ADDED", "100% new\nline")
+	writeAnnotation(&b, keyslint.SeverityInfo, "a,b:c.yaml", 0, "ROLE_ADDED", "100% new\nline")
 	if got, want := b.String(), "::notice file=a%2Cb%3Ac.yaml::ROLE_ADDED: 100%25 new%0Aline\n"; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
@@ -310,7 +310,7 @@ func TestKeysGuideListsEveryRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	guide := string(data)
-	for _, r := range append(append([]keys.RuleDoc{}, keys.LintRules...), keys.DiffRules...) {
+	for _, r := range append(append([]keyslint.RuleDoc{}, keyslint.LintRules...), keyslint.DiffRules...) {
 		if !strings.Contains(guide, "`"+r.Name+"`") {
 			t.Errorf("docs/guide/keys.md does not describe %s", r.Name)
 		}
@@ -323,10 +323,10 @@ func TestKeysGuideListsEveryRule(t *testing.T) {
 func TestKeysHelpListsTheRules(t *testing.T) {
 	for _, tc := range []struct {
 		args  []string
-		rules []keys.RuleDoc
+		rules []keyslint.RuleDoc
 	}{
-		{[]string{"keys", "lint", "--help"}, keys.LintRules},
-		{[]string{"keys", "diff", "--help"}, keys.DiffRules},
+		{[]string{"keys", "lint", "--help"}, keyslint.LintRules},
+		{[]string{"keys", "diff", "--help"}, keyslint.DiffRules},
 	} {
 		res := runCLI(t, nil, tc.args...)
 		wantExit(t, res, ExitOK)

@@ -26,6 +26,25 @@ func loadRoleMap(app *App, keysOptional bool) (*keys.File, error) {
 	return f, err
 }
 
+// activeRoleNames returns the active role names of f in file order.
+func activeRoleNames(f *keys.File) []string {
+	names := make([]string, len(f.Roles))
+	for i, e := range f.Roles {
+		names[i] = e.Name
+	}
+	return names
+}
+
+// roleByKey returns the active role of f that uses key.
+func roleByKey(f *keys.File, key int64) (keys.Entry, bool) {
+	for _, e := range f.Roles {
+		if e.Key == key {
+			return e, true
+		}
+	}
+	return keys.Entry{}, false
+}
+
 // keyArgs says what a command takes where it takes a ROLE, besides the
 // role names of keys.yaml.
 type keyArgs int
@@ -63,7 +82,7 @@ func resolveRole(f *keys.File, arg string, how keyArgs, verb string) (roleKey, e
 	switch {
 	case err == nil && how == keysAsArgs:
 		rk := roleKey{Key: k}
-		if e, ok := f.ByKey(k.ID); ok && k.Form == locks.Bigint {
+		if e, ok := roleByKey(f, k.ID); ok && k.Form == locks.Bigint {
 			rk.Role = e.Name
 		}
 		return rk, nil
@@ -111,10 +130,10 @@ func unknownRoleError(name string, f *keys.File, how keyArgs) error {
 		return &InputError{Err: fmt.Errorf("unknown role %q: %s has no roles%s", name, f.Path, instead)}
 	}
 	var mean string
-	if near := closest(name, f.Names()); near != "" {
+	if near := closest(name, activeRoleNames(f)); near != "" {
 		mean = fmt.Sprintf("; did you mean %q?", near)
 	}
-	return &InputError{Err: fmt.Errorf("unknown role %q: %s has %s%s%s", name, f.Path, strings.Join(f.Names(), ", "), orKey, mean)}
+	return &InputError{Err: fmt.Errorf("unknown role %q: %s has %s%s%s", name, f.Path, strings.Join(activeRoleNames(f), ", "), orKey, mean)}
 }
 
 // closest returns the one of names within an edit distance of 2 of name
@@ -169,7 +188,7 @@ func checkProbeKeyIsFree(app *App, key int64) error {
 		}
 		return nil
 	}
-	if e, ok := f.ByKey(key); ok {
+	if e, ok := roleByKey(f, key); ok {
 		return usageErrorf("probe key %d is the key of role %q in %s: pass another --probe-key", key, e.Name, f.Path)
 	}
 	return nil

@@ -45,7 +45,7 @@ func (o *runOptions) loadProcfile() ([]groupRole, error) {
 		k, ok := f.Role(e.Role)
 		if !ok {
 			var list string
-			if names := f.Names(); len(names) > 0 {
+			if names := activeRoleNames(f); len(names) > 0 {
 				list = " (it has " + strings.Join(names, ", ") + ")"
 			}
 			return nil, &InputError{Err: fmt.Errorf("%s: role %q is not in %s%s: add it there with a key of its own, or fix the name", where, e.Role, f.Path, list)}

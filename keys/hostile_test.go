@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leasectl/leasectl/internal/keysinternal"
 	"github.com/leasectl/leasectl/internal/memtest"
 )
 
@@ -28,7 +29,7 @@ func TestBillionLaughs(t *testing.T) {
 	}
 	var parseErr error
 	n := memtest.Allocated(func() { _, parseErr = Parse("bomb.yaml", data) })
-	wantRule(t, parseErr, RuleAlias, "anchors and aliases are not allowed")
+	wantRule(t, parseErr, keysinternal.RuleAlias, "anchors and aliases are not allowed")
 	if n > 1<<20 {
 		t.Errorf("parsing a %d-byte alias bomb allocated %d bytes: aliases are being expanded", len(data), n)
 	}
@@ -46,7 +47,7 @@ func TestAliasBombAtSizeLimit(t *testing.T) {
 	data := []byte(b.String())
 	var parseErr error
 	n := memtest.Allocated(func() { _, parseErr = Parse("bomb.yaml", data) })
-	wantRule(t, parseErr, RuleAlias, "alias *a")
+	wantRule(t, parseErr, keysinternal.RuleAlias, "alias *a")
 	if n > 200*uint64(len(data)) {
 		t.Errorf("a %d-byte file allocated %d bytes", len(data), n)
 	}
@@ -57,10 +58,10 @@ func TestAliasBombAtSizeLimit(t *testing.T) {
 // without bound.
 func TestDeepNesting(t *testing.T) {
 	_, err := Parse("deep.yaml", []byte("roles: "+strings.Repeat("[", 20000)))
-	wantRule(t, err, RuleSyntax, "exceeded max depth")
+	wantRule(t, err, keysinternal.RuleSyntax, "exceeded max depth")
 
 	_, err = Parse("deep.yaml", []byte("roles:\n  poller: "+strings.Repeat("{a: ", 5000)+"1"+strings.Repeat("}", 5000)+"\n"))
-	wantRule(t, err, RuleInvalidKey, "got a mapping")
+	wantRule(t, err, keysinternal.RuleInvalidKey, "got a mapping")
 
 	var b strings.Builder
 	b.WriteString("roles:\n")
@@ -68,7 +69,7 @@ func TestDeepNesting(t *testing.T) {
 		b.WriteString(strings.Repeat(" ", i) + "a:\n")
 	}
 	_, err = Parse("deep.yaml", []byte(b.String()))
-	wantRule(t, err, RuleInvalidKey, "got a mapping")
+	wantRule(t, err, keysinternal.RuleInvalidKey, "got a mapping")
 }
 
 // TestNoPanicOnOddInput covers inputs that tripped YAML parsers before.

@@ -8,12 +8,15 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/leasectl/leasectl/internal/keysinternal"
 )
 
-// MaxFileSize bounds how much of a keys file is read. A deployment's role map
-// is a few hundred bytes (256 KiB holds thousands of roles), so anything
-// larger is a mistake or an attack; the bound also caps the memory the YAML
-// parser may use, which is about a hundred times the input size.
+// MaxFileSize bounds how much of a keys file is read: a larger one is
+// refused (rule FILE). A deployment's role map is a few hundred bytes
+// (256 KiB holds thousands of roles), so anything larger is a mistake or an
+// attack; the bound also caps the memory the YAML parser may use, which is
+// about a hundred times the input size.
 const MaxFileSize = 256 << 10
 
 // maxProblems bounds how many problems one file reports: a hostile file can
@@ -35,17 +38,17 @@ type File struct {
 	Roles []Entry
 	// Retired are keys of removed roles that must never be reused.
 	Retired []Entry
-	// RolesLine and RetiredLine are the lines of the "roles:" and
-	// "retired:" fields (0 when absent), where findings about something
-	// missing from a section are reported.
-	RolesLine, RetiredLine int
+	// RolesLine is the line of the "roles:" field, where a finding about a
+	// role missing from it is reported.
+	RolesLine int
 }
 
 // Problem is one thing wrong with a keys file, at a line (0 when the problem
 // concerns the file as a whole).
 type Problem struct {
-	// Rule is the stable name of the lint rule that found the problem,
-	// one of [LintRules].
+	// Rule is the name of the rule that found the problem, one of those
+	// `leasectl keys lint --help` lists (FILE, YAML_SYNTAX, DUPLICATE_KEY,
+	// …). Rule names never change.
 	Rule string
 	Line int
 	// Role is the role the problem is about, when there is one.
@@ -95,13 +98,8 @@ func (f *File) Role(name string) (Entry, bool) {
 	return find(f.Roles, func(e Entry) bool { return e.Name == name })
 }
 
-// ByKey returns the active role that uses key.
-func (f *File) ByKey(key int64) (Entry, bool) {
-	return find(f.Roles, func(e Entry) bool { return e.Key == key })
-}
-
-// RetiredRole returns the retired entry called name.
-func (f *File) RetiredRole(name string) (Entry, bool) {
+// retiredRole returns the retired entry called name.
+func (f *File) retiredRole(name string) (Entry, bool) {
 	return find(f.Retired, func(e Entry) bool { return e.Name == name })
 }
 
@@ -127,30 +125,28 @@ func (f *File) NamesByKey() map[int64]string {
 	return m
 }
 
-// Names returns the active role names in file order.
-func (f *File) Names() []string {
-	names := make([]string, len(f.Roles))
-	for i, e := range f.Roles {
-		names[i] = e.Name
-	}
-	return names
+func init() {
+	keysinternal.ReadFile = readFile
+	keysinternal.Parse = parse
+	keysinternal.Lint = (*File).lint
 }
 
-// Load reads the keys file at path and checks it with every lint rule: it
-// returns an [*InvalidError] listing every problem, or the file.
+// Load reads the keys file at path and checks it with every rule of
+// `leasectl keys lint`: it returns the file, or an [*InvalidError] listing
+// every problem (a [*NotFoundError] when there is no file at path).
 func Load(path string) (*File, error) {
-	data, err := ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
 		return nil, err
 	}
 	return Parse(path, data)
 }
 
-// ReadFile reads at most [MaxFileSize]+1 bytes of the keys file at path (one
-// more than allowed, so that Parse can tell the file is too large). A file
+// readFile reads at most [MaxFileSize]+1 bytes of the keys file at path (one
+// more than allowed, so that parse can tell the file is too large). A file
 // that does not exist is a [*NotFoundError]; one that cannot be read (a
 // directory, no permission) is an [*InvalidError].
-func ReadFile(path string) ([]byte, error) {
+func readFile(path string) ([]byte, error) {
 	fh, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, &NotFoundError{Path: path}
@@ -171,29 +167,26 @@ func unreadable(path string, err error) error {
 	if errors.As(err, &pe) {
 		err = pe.Err
 	}
-	return &InvalidError{Path: path, Problems: []Problem{{Rule: RuleFile, Message: fmt.Sprintf("cannot read the file: %v (pass the path of a readable keys.yaml)", err)}}}
+	return &InvalidError{Path: path, Problems: []Problem{{Rule: keysinternal.RuleFile, Message: fmt.Sprintf("cannot read the file: %v (pass the path of a readable keys.yaml)", err)}}}
 }
 
-// Parse parses the content of a keys file and checks it with every lint
-// rule; path is used in messages only. It returns an [*InvalidError] with
-// every problem found, or the file.
+// Parse parses data, the content of a keys file, and checks it like [Load];
+// path names the file in messages only.
 func Parse(path string, data []byte) (*File, error) {
-	f, problems := decode(path, data)
-	if f != nil {
-		problems = append(problems, f.Lint()...)
-	}
-	if len(problems) > 0 {
-		return nil, invalid(path, problems)
-	}
-	return f, nil
+	return parse(path, data, func(string) bool { return true })
 }
 
-// Decode parses the content of a keys file and checks its form (YAML syntax,
-// fields, role names, keys) but not how its roles relate to each other
-// (shared keys, reused retired keys, the probe's key): those are [File.Lint]'s
-// job. `keys diff` decodes this way, to report shared keys as findings.
-func Decode(path string, data []byte) (*File, error) {
+// parse checks the form of data and, of the rules about how its roles
+// relate ([File.lint]), those for which relations returns true.
+func parse(path string, data []byte, relations func(rule string) bool) (*File, error) {
 	f, problems := decode(path, data)
+	if f != nil && relations != nil {
+		for _, p := range f.lint() {
+			if relations(p.Rule) {
+				problems = append(problems, p)
+			}
+		}
+	}
 	if len(problems) > 0 {
 		return nil, invalid(path, problems)
 	}
@@ -206,7 +199,7 @@ func invalid(path string, problems []Problem) *InvalidError {
 	sort.SliceStable(problems, func(i, j int) bool { return problems[i].Line < problems[j].Line })
 	if len(problems) > maxProblems {
 		more := len(problems) - maxProblems
-		problems = append(problems[:maxProblems:maxProblems], Problem{Rule: RuleFile, Message: fmt.Sprintf("… and %d more problems", more)})
+		problems = append(problems[:maxProblems:maxProblems], Problem{Rule: keysinternal.RuleFile, Message: fmt.Sprintf("… and %d more problems", more)})
 	}
 	return &InvalidError{Path: path, Problems: problems}
 }

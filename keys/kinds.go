@@ -2,14 +2,8 @@ package keys
 
 import "github.com/leasectl/leasectl/internal/errkind"
 
-// Every error of this package is about its input (a keys file, a git ref,
-// the repository it lives in): errkind.Input.
+// Every error of this package is about its input, a keys file:
+// errkind.Input.
 
-func (e *InvalidError) Is(target error) bool     { return target == errkind.Input }
-func (e *NotFoundError) Is(target error) bool    { return target == errkind.Input }
-func (e *GitError) Is(target error) bool         { return target == errkind.Input }
-func (e *NotRepoError) Is(target error) bool     { return target == errkind.Input }
-func (e *RefNotFoundError) Is(target error) bool { return target == errkind.Input }
-func (e *NotAtRefError) Is(target error) bool    { return target == errkind.Input }
-func (e *NoBaseError) Is(target error) bool      { return target == errkind.Input }
-func (e *ShallowError) Is(target error) bool     { return target == errkind.Input }
+func (e *InvalidError) Is(target error) bool  { return target == errkind.Input }
+func (e *NotFoundError) Is(target error) bool { return target == errkind.Input }

@@ -6,8 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/leasectl/leasectl/internal/keysinternal"
 )
 
 // lintCases lists, for every fixture under testdata/lint, the problems Parse
@@ -131,21 +134,27 @@ func forEachFixture(t *testing.T, paths []string, root string, cases map[string]
 	}
 }
 
-// TestEveryLintRuleIsTested keeps LintRules, the fixtures and the
+// TestEveryRuleIsTested keeps the rules (keysinternal.Rules, which the
+// lint rules table of internal/keyslint follows), the fixtures and the
 // programmatic tests below in step.
-func TestEveryLintRuleIsTested(t *testing.T) {
-	covered := map[string]bool{RuleFile: true} // TestFileProblems
+func TestEveryRuleIsTested(t *testing.T) {
+	covered := map[string]bool{keysinternal.RuleFile: true} // TestFileProblems
 	for _, want := range lintCases {
 		for _, w := range want {
 			covered[strings.Split(w, ":")[0]] = true
 		}
 	}
-	for _, r := range LintRules {
-		if !covered[r.Name] {
-			t.Errorf("lint rule %s has no fixture", r.Name)
+	for _, r := range keysinternal.Rules {
+		if !covered[r] {
+			t.Errorf("rule %s has no fixture", r)
 		}
-		if _, err := os.Stat(filepath.Join("testdata", "lint", r.Name)); err != nil && r.Name != RuleFile {
-			t.Errorf("lint rule %s has no directory testdata/lint/%s", r.Name, r.Name)
+		if _, err := os.Stat(filepath.Join("testdata", "lint", r)); err != nil && r != keysinternal.RuleFile {
+			t.Errorf("rule %s has no directory testdata/lint/%s", r, r)
+		}
+	}
+	for rule := range covered {
+		if !slices.Contains(keysinternal.Rules, rule) {
+			t.Errorf("a fixture shows rule %s, which keysinternal.Rules lacks", rule)
 		}
 	}
 }
@@ -165,25 +174,25 @@ func TestValidFileValues(t *testing.T) {
 	if wantRetired := []Entry{{"sweeper", 1840000000, 10}, {"old-poller", 1839999999, 11}}; !reflect.DeepEqual(f.Retired, wantRetired) {
 		t.Errorf("retired: got %+v", f.Retired)
 	}
-	if f.RolesLine != 2 || f.RetiredLine != 9 {
-		t.Errorf("section lines: roles %d, retired %d", f.RolesLine, f.RetiredLine)
+	if f.RolesLine != 2 {
+		t.Errorf("roles: at line %d", f.RolesLine)
 	}
-	if got := f.Names(); !reflect.DeepEqual(got, []string{"poller", "scheduler", "retention-sweep_2", "negative", "on", "explicit"}) {
-		t.Errorf("names: %v", got)
-	}
-	if e, ok := f.ByKey(-42); !ok || e.Name != "negative" {
-		t.Errorf("ByKey(-42) = %v, %v", e, ok)
+	if e, ok := f.Role("negative"); !ok || e.Key != -42 {
+		t.Errorf("Role(negative) = %v, %v", e, ok)
 	}
 	if _, ok := f.Role("sweeper"); ok {
 		t.Error("Role finds a retired role")
 	}
-	if e, ok := f.RetiredRole("sweeper"); !ok || e.Key != 1840000000 {
-		t.Errorf("RetiredRole(sweeper) = %v, %v", e, ok)
+	if got := f.NamesByKey(); len(got) != len(want) || got[-42] != "negative" {
+		t.Errorf("NamesByKey: %v", got)
+	}
+	if got := (*File)(nil).NamesByKey(); got != nil {
+		t.Errorf("NamesByKey of a nil File: %v", got)
 	}
 }
 
 func TestInt64Limits(t *testing.T) {
-	f, err := Decode("limits", []byte("roles:\n  max: 9223372036854775807\n  min: -9223372036854775808\n  hexmax: 0x7fffffffffffffff\n"))
+	f, err := parse("limits", []byte("roles:\n  max: 9223372036854775807\n  min: -9223372036854775808\n  hexmax: 0x7fffffffffffffff\n"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +227,7 @@ func TestFileProblems(t *testing.T) {
 		t.Errorf("missing file: want *NotFoundError, got %T %v", err, err)
 	}
 	p := problemsOf(t, func() error { _, err := Load(dir); return err }())
-	if p[0].Rule != RuleFile || !strings.Contains(p[0].Message, "cannot read") {
+	if p[0].Rule != keysinternal.RuleFile || !strings.Contains(p[0].Message, "cannot read") {
 		t.Errorf("a directory: %+v", p)
 	}
 	big := "roles:\n" + strings.Repeat("# padding\n", MaxFileSize/10+1)
@@ -227,7 +236,7 @@ func TestFileProblems(t *testing.T) {
 		t.Fatal(err)
 	}
 	p = problemsOf(t, func() error { _, err := Load(path); return err }())
-	if len(p) != 1 || p[0].Rule != RuleFile || !strings.Contains(p[0].Message, "larger than") {
+	if len(p) != 1 || p[0].Rule != keysinternal.RuleFile || !strings.Contains(p[0].Message, "larger than") {
 		t.Errorf("a file over MaxFileSize: %+v", p)
 	}
 }
@@ -240,21 +249,26 @@ func TestProblemsAreCapped(t *testing.T) {
 	}
 }
 
-// TestDecodeLeavesRelationsToLint: Decode refuses bad form but not shared
-// keys, which keys diff reports as findings; Parse refuses both.
-func TestDecodeLeavesRelationsToLint(t *testing.T) {
-	data := []byte("roles:\n  a: 1\n  b: 1\n")
-	f, err := Decode("k", data)
+// TestRelationsAreOptional: parse without the rules about how roles relate
+// (as keys diff reads a base) refuses bad form but not shared keys, which
+// keys diff reports as findings; Parse refuses both.
+func TestRelationsAreOptional(t *testing.T) {
+	data := []byte("roles:\n  a: 1\n  b: 1\n  c: 0x6c65617300000001\n")
+	f, err := parse("k", data, nil)
 	if err != nil {
-		t.Fatalf("Decode: %v", err)
+		t.Fatalf("parse without relations: %v", err)
 	}
-	if got := ruleLines(f.Lint()); !reflect.DeepEqual(got, []string{"DUPLICATE_KEY:3"}) {
-		t.Errorf("Lint: %v", got)
+	if got := ruleLines(f.lint()); !reflect.DeepEqual(got, []string{"DUPLICATE_KEY:3", "PROBE_KEY:4"}) {
+		t.Errorf("lint: %v", got)
+	}
+	notShared := func(rule string) bool { return rule != keysinternal.RuleDuplicateKey }
+	if got := ruleLines(problemsOf(t, func() error { _, err := parse("k", data, notShared); return err }())); !reflect.DeepEqual(got, []string{"PROBE_KEY:4"}) {
+		t.Errorf("parse without DUPLICATE_KEY: %v", got)
 	}
 	if _, err := Parse("k", data); err == nil {
 		t.Error("Parse accepted a shared key")
 	}
-	if _, err := Decode("k", []byte("roles:\n  A: 1\n")); err == nil {
-		t.Error("Decode accepted a bad name")
+	if _, err := parse("k", []byte("roles:\n  A: 1\n"), nil); err == nil {
+		t.Error("parse without relations accepted a bad name")
 	}
 }

@@ -16,7 +16,7 @@ var public = map[string]string{
 	module:                      "the leasectl binary (package main)",
 	module + "/cmd":             "the CLI's commands, for the binary and its generated docs; no API promise",
 	module + "/examples/worker": "an example program",
-	module + "/keys":            "keys.yaml: Load and a role's key, for Go services; lint and diff for the CLI",
+	module + "/keys":            "keys.yaml for Go services: Load (or Parse) checks a file as keys lint does, Role gives a role's key; exports listed in exports_test.go (lint docs, diff and git are internal/keyslint)",
 	module + "/lease":           "the lease, and RunGroup",
 	module + "/lease/leasehttp": "a lease's metrics and health checks",
 	module + "/locks":           "advisory locks as pg_locks shows them, and the failover",

@@ -1,4 +1,4 @@
-package keys
+package keyslint
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/leasectl/leasectl/internal/errkind"
 	"github.com/leasectl/leasectl/internal/gittest"
+	"github.com/leasectl/leasectl/internal/keysinternal"
+	"github.com/leasectl/leasectl/keys"
 )
 
 const (
@@ -154,9 +156,29 @@ func TestGitBaseIsDecodedNotLinted(t *testing.T) {
 		t.Errorf("a base with a shared key must load: %v", err)
 	}
 	_, _, err := LoadFromGit(context.Background(), r.Path("keys.yaml"), "v2")
-	var inv *InvalidError
+	var inv *keys.InvalidError
 	if !errors.As(err, &inv) || inv.Path != "v2:keys.yaml" {
 		t.Errorf("a base that does not parse: %T %v", err, err)
+	}
+}
+
+// TestGitBaseTooLarge: a base larger than keys.MaxFileSize at the ref is
+// refused by the FILE rule, like a file on disk.
+func TestGitBaseTooLarge(t *testing.T) {
+	r := gittest.New(t)
+	r.Write("keys.yaml", "roles:\n"+strings.Repeat("# padding\n", keys.MaxFileSize/10+1))
+	r.Commit("huge")
+	r.Tag("v1")
+	r.Write("keys.yaml", v1Keys)
+	r.Commit("small again")
+	_, _, err := LoadFromGit(context.Background(), r.Path("keys.yaml"), "v1")
+	var inv *keys.InvalidError
+	if !errors.As(err, &inv) || len(inv.Problems) != 1 || inv.Problems[0].Rule != keysinternal.RuleFile ||
+		!strings.Contains(inv.Problems[0].Message, "larger than") || inv.Path != "v1:keys.yaml" {
+		t.Errorf("a base over MaxFileSize: %T %v", err, err)
+	}
+	if _, _, err := LoadFromGit(context.Background(), r.Path("keys.yaml"), "HEAD"); err != nil {
+		t.Errorf("the small version: %v", err)
 	}
 }
 

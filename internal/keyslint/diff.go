@@ -1,43 +1,11 @@
-package keys
+package keyslint
 
 import (
 	"fmt"
 	"sort"
+
+	"github.com/leasectl/leasectl/keys"
 )
-
-// Severity says whether a finding breaks compatibility.
-type Severity string
-
-// The severities of findings.
-const (
-	// SeverityError is a change that breaks a rolling deploy: `keys diff`
-	// exits 1.
-	SeverityError Severity = "error"
-	// SeverityInfo is a compatible change worth a note in the pull request.
-	SeverityInfo Severity = "info"
-)
-
-// The diff rules, by their stable names. DUPLICATE_KEY is shared with the
-// lint rules.
-const (
-	RuleKeyChanged  = "KEY_CHANGED"
-	RuleRoleRemoved = "ROLE_REMOVED"
-	RuleKeyReused   = "KEY_REUSED"
-	RuleRoleAdded   = "ROLE_ADDED"
-	RuleRoleRetired = "ROLE_RETIRED"
-	RuleRoleRenamed = "ROLE_RENAMED"
-)
-
-// DiffRules are the rules [Diff] applies, with their severities.
-var DiffRules = []RuleDoc{
-	{RuleKeyChanged, SeverityError, "a role's key differs from the base: old and new binaries lock different keys and both lead"},
-	{RuleRoleRemoved, SeverityError, "a role is gone without moving to `retired:` with the same key, so nothing keeps its key from being reused"},
-	{RuleKeyReused, SeverityError, "a role uses a key that belonged to another role, active or retired, in the base"},
-	{RuleDuplicateKey, SeverityError, "two roles of the new file share a key, or an active role uses a retired key"},
-	{RuleRoleAdded, SeverityInfo, "a new role with a new key"},
-	{RuleRoleRetired, SeverityInfo, "a role moved to `retired:` with its key"},
-	{RuleRoleRenamed, SeverityInfo, "same key, new name, old name gone: during the rollout both names contend for the one lock"},
-}
 
 // Finding is one difference between a base and a head keys file that a
 // rule reports, located in the head file.
@@ -55,9 +23,9 @@ type Finding struct {
 
 // Diff compares head, the new version of a keys file, with base, the
 // version the running binaries use, and returns what the rules find, in line
-// order. The files need only be decoded ([Decode]): a key shared within the
-// head is reported as DUPLICATE_KEY, not refused.
-func Diff(base, head *File) []Finding {
+// order. The files need only be of a valid form ([LoadBase]): a key shared
+// within the head is reported as DUPLICATE_KEY, not refused.
+func Diff(base, head *keys.File) []Finding {
 	d := differ{base: base, head: head, owners: map[int64][]owner{}}
 	for _, e := range base.Roles {
 		d.owners[e.Key] = append(d.owners[e.Key], owner{Entry: e})
@@ -65,7 +33,7 @@ func Diff(base, head *File) []Finding {
 	for _, e := range base.Retired {
 		d.owners[e.Key] = append(d.owners[e.Key], owner{Entry: e, retired: true})
 	}
-	for _, p := range head.duplicateKeys() {
+	for _, p := range sharedKeys(head) {
 		d.add(RuleDuplicateKey, SeverityError, p.Line, p.Role, "%s", p.Message)
 	}
 	renamed := map[string]bool{}
@@ -91,7 +59,7 @@ func Diff(base, head *File) []Finding {
 
 // owner is a role that held a key in the base.
 type owner struct {
-	Entry
+	keys.Entry
 	retired bool
 }
 
@@ -103,7 +71,7 @@ func (o owner) describe() string {
 }
 
 type differ struct {
-	base, head *File
+	base, head *keys.File
 	owners     map[int64][]owner
 	findings   []Finding
 }
@@ -114,7 +82,7 @@ func (d *differ) add(rule string, sev Severity, line int, role, format string, a
 
 // headRole applies the rules to one active role of the head. It returns the
 // base role that e renames, if it does.
-func (d *differ) headRole(e Entry) (renamedFrom string, renamed bool) {
+func (d *differ) headRole(e keys.Entry) (renamedFrom string, renamed bool) {
 	var others []owner
 	for _, o := range d.owners[e.Key] {
 		if o.Name != e.Name {
@@ -141,7 +109,7 @@ func (d *differ) headRole(e Entry) (renamedFrom string, renamed bool) {
 		d.reused(e, others)
 		return "", false
 	}
-	if r, ok := d.base.RetiredRole(e.Name); ok {
+	if r, ok := retiredRole(d.base, e.Name); ok {
 		d.add(RuleRoleAdded, SeverityInfo, e.Line, e.Name, "retired role %q is active again, with key %d (it was retired with key %d)", e.Name, e.Key, r.Key)
 		return "", false
 	}
@@ -150,7 +118,7 @@ func (d *differ) headRole(e Entry) (renamedFrom string, renamed bool) {
 }
 
 // reused reports e's key as one that other roles held in the base.
-func (d *differ) reused(e Entry, others []owner) {
+func (d *differ) reused(e keys.Entry, others []owner) {
 	for _, o := range others {
 		why := fmt.Sprintf("binaries of the base still lock it for %q, so the two roles contend and one of them never leads", o.Name)
 		if o.retired {
@@ -165,14 +133,14 @@ func (d *differ) reused(e Entry, others []owner) {
 // gone reports whether the head lists name nowhere, active or retired.
 func (d *differ) gone(name string) bool {
 	_, active := d.head.Role(name)
-	_, retired := d.head.RetiredRole(name)
+	_, retired := retiredRole(d.head, name)
 	return !active && !retired
 }
 
 // onlyHolder reports whether e is the only entry of the head with its key.
-func (d *differ) onlyHolder(e Entry) bool {
+func (d *differ) onlyHolder(e keys.Entry) bool {
 	n := 0
-	for _, list := range [][]Entry{d.head.Roles, d.head.Retired} {
+	for _, list := range [][]keys.Entry{d.head.Roles, d.head.Retired} {
 		for _, x := range list {
 			if x.Key == e.Key {
 				n++
@@ -184,8 +152,8 @@ func (d *differ) onlyHolder(e Entry) bool {
 
 // goneRole applies the rules to a base role that the head no longer lists
 // as active and that no head role renames.
-func (d *differ) goneRole(b Entry) {
-	r, ok := d.head.RetiredRole(b.Name)
+func (d *differ) goneRole(b keys.Entry) {
+	r, ok := retiredRole(d.head, b.Name)
 	switch {
 	case ok && r.Key == b.Key:
 		d.add(RuleRoleRetired, SeverityInfo, r.Line, b.Name, "role %q was retired; its key %d stays reserved under retired:", b.Name, b.Key)
@@ -198,37 +166,4 @@ func (d *differ) goneRole(b Entry) {
 			"role %q (key %d) was removed: move it under retired: with the same key (%s: %d) so that the key is never given to another role while old binaries still use it",
 			b.Name, b.Key, b.Name, b.Key)
 	}
-}
-
-// LoadHead reads the new version of a keys file for [Diff]. Its form must be
-// valid, and of the lint rules only DUPLICATE_KEY may fail, since Diff
-// reports that as a finding; any other problem is an [*InvalidError].
-func LoadHead(path string) (*File, error) {
-	data, err := ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	f, problems := decode(path, data)
-	if f != nil {
-		for _, p := range f.Lint() {
-			if p.Rule != RuleDuplicateKey {
-				problems = append(problems, p)
-			}
-		}
-	}
-	if len(problems) > 0 {
-		return nil, invalid(path, problems)
-	}
-	return f, nil
-}
-
-// LoadBase reads a base version of a keys file from disk for [Diff]. Like
-// [LoadFromGit] it only decodes: the base is history, and only its form
-// must be readable.
-func LoadBase(path string) (*File, error) {
-	data, err := ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return Decode(path, data)
 }

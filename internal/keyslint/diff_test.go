@@ -1,12 +1,17 @@
-package keys
+package keyslint
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/leasectl/leasectl/internal/keysinternal"
+	"github.com/leasectl/leasectl/keys"
 )
 
 // diffCases lists, for each pair of fixtures testdata/diff/<name>/{base,head}.yaml,
@@ -43,7 +48,7 @@ func init() {
 	}
 }
 
-func loadPair(t *testing.T, dir string) (base, head *File) {
+func loadPair(t *testing.T, dir string) (base, head *keys.File) {
 	t.Helper()
 	base, err := LoadBase(filepath.Join(dir, "base.yaml"))
 	if err != nil {
@@ -131,13 +136,69 @@ func TestDiffMessagesExplain(t *testing.T) {
 // TestLoadHeadRefusesOtherLintProblems: keys diff reports shared keys as
 // findings, but a head that fails any other rule is invalid input.
 func TestLoadHeadRefusesOtherLintProblems(t *testing.T) {
-	if _, err := LoadHead("testdata/lint/PROBE_KEY/hex.yaml"); err == nil {
+	dir := t.TempDir()
+	write := func(name, data string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	probe := write("probe.yaml", "roles:\n  poller: 0x6c65617300000001\n")
+	shared := write("shared.yaml", "roles:\n  poller: 1840000001\n  scheduler: 1840000001\n")
+	both := write("both.yaml", "roles:\n  a: 0x6c65617300000001\n  b: 0x6c65617300000001\n")
+	if _, err := LoadHead(probe); err == nil {
 		t.Error("LoadHead accepted the probe's key")
 	}
-	if _, err := LoadHead("testdata/lint/DUPLICATE_KEY/shared.yaml"); err != nil {
+	if _, err := LoadHead(shared); err != nil {
 		t.Errorf("LoadHead refused a shared key: %v", err)
 	}
-	if _, err := LoadBase("testdata/lint/PROBE_KEY/hex.yaml"); err != nil {
-		t.Errorf("LoadBase must only decode (the base is history): %v", err)
+	var inv *keys.InvalidError
+	if _, err := LoadHead(both); !errors.As(err, &inv) || len(inv.Problems) != 2 || inv.Problems[0].Rule != keysinternal.RuleProbeKey || inv.Problems[1].Rule != keysinternal.RuleProbeKey {
+		t.Errorf("LoadHead must report the probe's key twice and the shared key not at all: %v", err)
+	}
+	if _, err := LoadBase(probe); err != nil {
+		t.Errorf("LoadBase must check the form only (the base is history): %v", err)
+	}
+	if _, err := LoadBase(write("bad.yaml", "roles:\n  Poller: 1\n")); !errors.As(err, &inv) || inv.Problems[0].Rule != keysinternal.RuleInvalidName {
+		t.Errorf("LoadBase accepted a bad name: %v", err)
+	}
+	if _, err := LoadBase(filepath.Join(dir, "missing.yaml")); !errors.As(err, new(*keys.NotFoundError)) {
+		t.Errorf("LoadBase of a missing file: %T %v", err, err)
+	}
+}
+
+// forEachFixture runs test on each fixture path, named by its path below
+// root, with its expectation from cases; a fixture without a case, or a
+// case without a fixture, is an error.
+func forEachFixture(t *testing.T, paths []string, root string, cases map[string][]string, test func(t *testing.T, path string, want []string)) {
+	t.Helper()
+	if len(paths) != len(cases) {
+		t.Errorf("%d fixtures under %s, %d cases: a case has no fixture", len(paths), root, len(cases))
+	}
+	for _, path := range paths {
+		name, _ := filepath.Rel(root, path)
+		name = strings.TrimSuffix(filepath.ToSlash(name), "/base.yaml")
+		want, ok := cases[name]
+		if !ok {
+			t.Errorf("fixture %s has no case", name)
+			continue
+		}
+		t.Run(name, func(t *testing.T) { test(t, path, want) })
+	}
+}
+
+// TestLintRulesAreTheParsersRules keeps the documented lint rules in step
+// with the rules package keys applies, in order.
+func TestLintRulesAreTheParsersRules(t *testing.T) {
+	var names []string
+	for _, r := range LintRules {
+		names = append(names, r.Name)
+		if r.Severity != SeverityError || r.Doc == "" {
+			t.Errorf("lint rule %+v: every lint rule is an error, with a description", r)
+		}
+	}
+	if !slices.Equal(names, keysinternal.Rules) {
+		t.Errorf("LintRules %v, the parser's rules %v", names, keysinternal.Rules)
 	}
 }

@@ -1,4 +1,4 @@
-package keys
+package keyslint
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/leasectl/leasectl/keys"
 )
 
 // GitSource says where a base version of a keys file came from.
@@ -136,7 +138,7 @@ func RepoPath(ctx context.Context, file string) (string, error) {
 			return "", &NotRepoError{Path: file}
 		}
 		if _, statErr := os.Stat(dir); statErr != nil {
-			return "", &NotFoundError{Path: file}
+			return "", &keys.NotFoundError{Path: file}
 		}
 		return "", err
 	}
@@ -243,9 +245,9 @@ func resolve(ctx context.Context, dir, ref string) (string, error) {
 // root) and decodes it. An empty ref means [LatestTag]. In a shallow clone, a
 // ref that resolves is read as usual (a fetched commit has its whole tree);
 // one that does not is a [*ShallowError], as is an empty ref. The file is
-// decoded, not linted: the base is history, and only its form must be
-// readable.
-func LoadFromGit(ctx context.Context, file, ref string) (*File, GitSource, error) {
+// checked for its form only, like [LoadBase]: the base is history, and only
+// its form must be readable.
+func LoadFromGit(ctx context.Context, file, ref string) (*keys.File, GitSource, error) {
 	repoPath, err := RepoPath(ctx, file)
 	if err != nil {
 		return nil, GitSource{}, err
@@ -282,14 +284,15 @@ func LoadFromGit(ctx context.Context, file, ref string) (*File, GitSource, error
 	default:
 		return nil, src, &NotAtRefError{Ref: src.Ref, Path: repoPath}
 	}
-	if size, err := strconv.Atoi(fields[2]); err != nil || size > MaxFileSize {
-		return nil, src, &InvalidError{Path: src.String(), Problems: []Problem{{Rule: RuleFile, Message: fmt.Sprintf("the file is larger than %d bytes; a role map is a few lines", MaxFileSize)}}}
-	}
-	data, err := git(ctx, dir, "cat-file", "blob", fields[0])
-	if err != nil {
+	var data []byte
+	if size, err := strconv.Atoi(fields[2]); err != nil || size > keys.MaxFileSize {
+		// Too large: the parser refuses the file by its size alone, so
+		// the blob need not be read.
+		data = make([]byte, keys.MaxFileSize+1)
+	} else if data, err = git(ctx, dir, "cat-file", "blob", fields[0]); err != nil {
 		return nil, src, err
 	}
-	f, err := Decode(src.String(), data)
+	f, err := parse(src.String(), data, nil)
 	return f, src, err
 }
 
@@ -306,7 +309,7 @@ func gitStdin(ctx context.Context, dir, stdin string, args ...string) ([]byte, e
 	// prompt may wait for a terminal in CI.
 	c.Env = append(os.Environ(), "LC_ALL=C", "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0")
 	c.Stdin = strings.NewReader(stdin)
-	out := &cappedBuffer{max: MaxFileSize + 1}
+	out := &cappedBuffer{max: keys.MaxFileSize + 1}
 	var errOut cappedBuffer
 	errOut.max = 4096
 	c.Stdout, c.Stderr = out, &errOut

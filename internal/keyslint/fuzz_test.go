@@ -1,17 +1,21 @@
-package keys
+package keyslint
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/leasectl/leasectl/internal/keysinternal"
+	"github.com/leasectl/leasectl/keys"
 )
 
 // render writes f back as YAML, the simplest way: what Parse reads from it
 // must be what f holds.
-func render(f *File) []byte {
+func render(f *keys.File) []byte {
 	var b bytes.Buffer
 	b.WriteString("roles:\n")
 	for _, e := range f.Roles {
@@ -26,7 +30,10 @@ func render(f *File) []byte {
 	return b.Bytes()
 }
 
-func pairs(entries []Entry) []string {
+// roleName is the form of a role name (keys.yaml's format).
+var roleName = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+
+func pairs(entries []keys.Entry) []string {
 	var out []string
 	for _, e := range entries {
 		out = append(out, fmt.Sprintf("%s=%d", e.Name, e.Key))
@@ -34,14 +41,14 @@ func pairs(entries []Entry) []string {
 	return out
 }
 
-// FuzzParse feeds the parser arbitrary bytes (seeded from
+// FuzzParse feeds package keys's parser arbitrary bytes (seeded from
 // testdata/fuzz/FuzzParse, every lint and diff fixture). Whatever the input,
-// Parse must not panic, must either return a file that passes every rule
-// and reads back the same, or an *InvalidError whose problems each carry a
-// known rule, a line inside the file and a message; and Diff must not panic
-// on what it returns.
+// keys.Parse must not panic, must either return a file that passes every
+// rule and reads back the same, or an *InvalidError whose problems each
+// carry a known rule, a line inside the file and a message; and Diff must
+// not panic on what the form-only parse (a base's) returns.
 //
-//	go test ./keys -run '^$' -fuzz FuzzParse -fuzztime 3m
+//	go test ./internal/keyslint -run '^$' -fuzz FuzzParse -fuzztime 3m
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{
 		"roles:\n  poller: 1840000001\n", "roles: {a: 0x7fffffffffffffff, b: -9223372036854775808}",
@@ -50,15 +57,15 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	known := map[string]bool{}
-	for _, r := range LintRules {
-		known[r.Name] = true
+	for _, r := range keysinternal.Rules {
+		known[r] = true
 	}
-	empty := &File{Path: "empty", RolesLine: 1}
+	empty := &keys.File{Path: "empty", RolesLine: 1}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		file, err := Parse("fuzz.yaml", data)
-		decoded, decodeErr := Decode("fuzz.yaml", data)
+		file, err := keys.Parse("fuzz.yaml", data)
+		decoded, decodeErr := parse("fuzz.yaml", data, nil)
 		if err != nil {
-			var inv *InvalidError
+			var inv *keys.InvalidError
 			if !errors.As(err, &inv) || len(inv.Problems) == 0 {
 				t.Fatalf("error %T without problems: %v", err, err)
 			}
@@ -76,17 +83,17 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		if decodeErr != nil {
-			t.Fatalf("Parse accepted what Decode refused: %v", decodeErr)
+			t.Fatalf("keys.Parse accepted what the form-only parse refused: %v", decodeErr)
 		}
-		for _, e := range append(append([]Entry{}, file.Roles...), file.Retired...) {
-			if !isRoleName(e.Name) || e.Line < 1 {
+		for _, e := range append(append([]keys.Entry{}, file.Roles...), file.Retired...) {
+			if !roleName.MatchString(e.Name) || e.Line < 1 {
 				t.Fatalf("accepted entry %+v", e)
 			}
 		}
-		if p := file.Lint(); len(p) > 0 {
+		if p := lint(file); len(p) > 0 {
 			t.Fatalf("Parse returned a file that fails lint: %+v", p)
 		}
-		again, err := Parse("again.yaml", render(file))
+		again, err := keys.Parse("again.yaml", render(file))
 		if err != nil {
 			t.Fatalf("a rendered valid file does not parse: %v\n%s", err, render(file))
 		}
