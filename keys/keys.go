@@ -177,7 +177,7 @@ func Parse(path string, data []byte) (*File, error) {
 }
 
 // parse checks the form of data and, of the rules about how its roles
-// relate ([File.lint]), those for which relations returns true.
+// relate (lint), those for which relations returns true.
 func parse(path string, data []byte, relations func(rule string) bool) (*File, error) {
 	f, problems := decode(path, data)
 	if f != nil && relations != nil {
