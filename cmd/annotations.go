@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/leasectl/leasectl/internal/keysfile"
 	"github.com/leasectl/leasectl/internal/keyslint"
-	"github.com/leasectl/leasectl/keys"
 	"github.com/spf13/cobra"
 )
 
@@ -101,7 +101,7 @@ func writeErrorAnnotations(ctx context.Context, w io.Writer, app *App, c *cobra.
 	}
 	file := annotationPath(ctx, path)
 	title := c.CommandPath()
-	var invalid *keys.InvalidError
+	var invalid *keysfile.InvalidError
 	var usage *UsageError
 	switch {
 	case errors.As(err, &invalid):

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/keysfile"
 	"github.com/leasectl/leasectl/internal/keyslint"
 	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/keys"
@@ -33,6 +34,8 @@ func TestExitCodesByKind(t *testing.T) {
 		{wrap(&dbconn.DSNError{Reason: "x"}), ExitUsage},
 		{wrap(&keys.InvalidError{Path: "keys.yaml"}), ExitUsage},
 		{wrap(&keys.NotFoundError{Path: "keys.yaml"}), ExitUsage},
+		{wrap(&keysfile.InvalidError{Path: "keys.yaml"}), ExitUsage},
+		{wrap(&keysfile.NotFoundError{Path: "keys.yaml"}), ExitUsage},
 		{wrap(&keyslint.RefNotFoundError{Ref: "v9"}), ExitUsage},
 		{wrap(&keyslint.ShallowError{}), ExitUsage},
 		{wrap(&lab.AlreadyRunningError{Dir: "/tmp/x"}), ExitUsage},

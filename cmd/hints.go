@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"strings"
 
+	"github.com/leasectl/leasectl/internal/keysfile"
 	"github.com/leasectl/leasectl/internal/keyslint"
 	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/keys"
@@ -17,16 +18,20 @@ import (
 func withFlagHints(app *App, c *cobra.Command, err error) error {
 	var (
 		notFound *keys.NotFoundError
-		gitErr   *keyslint.GitError
-		notRepo  *keyslint.NotRepoError
-		notAt    *keyslint.NotAtRefError
-		noBase   *keyslint.NoBaseError
-		shallow  *keyslint.ShallowError
-		running  *lab.AlreadyRunningError
+		// keys lint and keys diff parse with internal/keysfile itself.
+		fileNotFound *keysfile.NotFoundError
+		gitErr       *keyslint.GitError
+		notRepo      *keyslint.NotRepoError
+		notAt        *keyslint.NotAtRefError
+		noBase       *keyslint.NoBaseError
+		shallow      *keyslint.ShallowError
+		running      *lab.AlreadyRunningError
 	)
 	switch {
 	case errors.As(err, &notFound):
 		return hinted(err, ": ", keysNotFoundHint(app, c, notFound.Path))
+	case errors.As(err, &fileNotFound):
+		return hinted(err, ": ", keysNotFoundHint(app, c, fileNotFound.Path))
 	case errors.As(err, &gitErr) && errors.Is(gitErr.Err, exec.ErrNotFound):
 		return hinted(err, "; ", "or pass --base-file PATH to compare with a file")
 	case errors.As(err, &notRepo):

@@ -412,7 +412,7 @@ func TestHostileUnprivilegedRole(t *testing.T) {
 // and bounded generously: an expanded bomb would take gigabytes.
 func TestHostileKeysFiles(t *testing.T) {
 	good := hostileKeys(t)
-	bomb, err := os.ReadFile(filepath.Join("..", "keys", "testdata", "lint", "YAML_ALIAS", "billion-laughs.yaml"))
+	bomb, err := os.ReadFile(filepath.Join("..", "internal", "keysfile", "testdata", "lint", "YAML_ALIAS", "billion-laughs.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/leasectl/leasectl/internal/keysfile"
 	"github.com/leasectl/leasectl/internal/keyslint"
-	"github.com/leasectl/leasectl/keys"
 	"github.com/spf13/cobra"
 )
 
@@ -89,7 +89,7 @@ Keys are int64 values written in plain decimal or as 0x hex: the spellings
 every YAML reader agrees on. Anchors and aliases are refused.
 
 Rules:
-` + rulesHelp(keyslint.LintRules),
+` + rulesHelp(keyslint.LintRules()),
 		Example: `  leasectl keys lint
   leasectl keys lint deploy/keys.yaml -o github-actions
   kubectl get configmap leases -o jsonpath='{.data.keys\.yaml}' | leasectl keys lint -`,
@@ -133,7 +133,7 @@ type problemJSON struct {
 	Message string  `json:"message"`
 }
 
-func entriesJSON(entries []keys.Entry) []entryJSON {
+func entriesJSON(entries []keysfile.Entry) []entryJSON {
 	out := make([]entryJSON, len(entries))
 	for i, e := range entries {
 		out[i] = entryJSON{Name: e.Name, Key: strconv.FormatInt(e.Key, 10), Line: e.Line}
@@ -147,19 +147,19 @@ func runKeysLint(ctx context.Context, opts *keysLintOptions) error {
 	if path == "" {
 		path = app.KeysPath()
 	}
-	var f *keys.File
+	var f *keysfile.File
 	var err error
 	if path == "-" {
 		path = "<stdin>"
 		f, err = readKeysFrom(app.IO.In, path)
 	} else {
-		f, err = keys.Load(path)
+		f, err = keysfile.Load(path, keysfile.Options{})
 	}
-	var invalid *keys.InvalidError
+	var invalid *keysfile.InvalidError
 	if err != nil && !errors.As(err, &invalid) {
 		return err
 	}
-	var problems []keys.Problem
+	var problems []keysfile.Problem
 	if invalid != nil {
 		problems = invalid.Problems
 	}
@@ -205,7 +205,7 @@ func runKeysLint(ctx context.Context, opts *keysLintOptions) error {
 // problems, for the github-actions format.
 type lintFailedError struct {
 	msg     string
-	invalid *keys.InvalidError
+	invalid *keysfile.InvalidError
 }
 
 func (e *lintFailedError) Error() string { return e.msg }
@@ -247,7 +247,7 @@ annotation on the pull request.
 Exit 1 when any finding is an error, 0 otherwise, 2 on invalid input.
 
 Rules:
-` + rulesHelp(keyslint.DiffRules),
+` + rulesHelp(keyslint.DiffRules()),
 		Example: `  leasectl keys diff                          # against the latest tag
   leasectl keys diff --base v1.4.0
   leasectl keys diff deploy/keys.yaml --base origin/main -o github-actions
@@ -319,10 +319,10 @@ func runKeysDiff(ctx context.Context, opts *keysDiffOptions) error {
 		return err
 	}
 	res := &diffResult{File: path, Compatible: true, Findings: []findingJSON{}}
-	var base *keys.File
+	var base *keysfile.File
 	if opts.BaseFile != "" {
 		base, err = keyslint.LoadBase(opts.BaseFile)
-		var missing *keys.NotFoundError
+		var missing *keysfile.NotFoundError
 		if errors.As(err, &missing) {
 			err = &InputError{Err: fmt.Errorf("--base-file %s not found: pass the path of the keys file to compare with (or --base REF to read it from git)", opts.BaseFile)}
 		}
@@ -420,12 +420,12 @@ func diffSummary(res *diffResult, file string) string {
 // plural renders "1 error", "2 errors".
 // readKeysFrom parses a keys file read from r (standard input), named
 // name in messages, with the size limit of a file.
-func readKeysFrom(r io.Reader, name string) (*keys.File, error) {
-	data, err := io.ReadAll(io.LimitReader(r, keys.MaxFileSize+1))
+func readKeysFrom(r io.Reader, name string) (*keysfile.File, error) {
+	data, err := io.ReadAll(io.LimitReader(r, keysfile.MaxFileSize+1))
 	if err != nil {
 		return nil, &InputError{Err: fmt.Errorf("read %s: %w", name, err)}
 	}
-	return keys.Parse(name, data)
+	return keysfile.Parse(name, data, keysfile.Options{})
 }
 
 func plural(n int, word string) string {

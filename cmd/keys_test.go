@@ -310,7 +310,7 @@ func TestKeysGuideListsEveryRule(t *testing.T) {
 		t.Fatal(err)
 	}
 	guide := string(data)
-	for _, r := range append(append([]keyslint.RuleDoc{}, keyslint.LintRules...), keyslint.DiffRules...) {
+	for _, r := range append(append([]keyslint.RuleDoc{}, keyslint.LintRules()...), keyslint.DiffRules()...) {
 		if !strings.Contains(guide, "`"+r.Name+"`") {
 			t.Errorf("docs/guide/keys.md does not describe %s", r.Name)
 		}
@@ -325,8 +325,8 @@ func TestKeysHelpListsTheRules(t *testing.T) {
 		args  []string
 		rules []keyslint.RuleDoc
 	}{
-		{[]string{"keys", "lint", "--help"}, keyslint.LintRules},
-		{[]string{"keys", "diff", "--help"}, keyslint.DiffRules},
+		{[]string{"keys", "lint", "--help"}, keyslint.LintRules()},
+		{[]string{"keys", "diff", "--help"}, keyslint.DiffRules()},
 	} {
 		res := runCLI(t, nil, tc.args...)
 		wantExit(t, res, ExitOK)

@@ -1,15 +1,7 @@
 package keys
 
 import (
-	"errors"
-	"fmt"
-	"io"
-	"io/fs"
-	"os"
-	"sort"
-	"strings"
-
-	"github.com/leasectl/leasectl/internal/keysinternal"
+	"github.com/leasectl/leasectl/internal/keysfile"
 )
 
 // MaxFileSize bounds how much of a keys file is read: a larger one is
@@ -17,11 +9,7 @@ import (
 // (256 KiB holds thousands of roles), so anything larger is a mistake or an
 // attack; the bound also caps the memory the YAML parser may use, which is
 // about a hundred times the input size.
-const MaxFileSize = 256 << 10
-
-// maxProblems bounds how many problems one file reports: a hostile file can
-// hold tens of thousands of them, and nobody reads past the first screen.
-const maxProblems = 100
+const MaxFileSize = keysfile.MaxFileSize
 
 // Entry is one role and its key, with the line it was declared on.
 type Entry struct {
@@ -64,24 +52,17 @@ type InvalidError struct {
 }
 
 func (e *InvalidError) Error() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s is not a valid keys file", e.Path)
-	for _, p := range e.Problems {
-		b.WriteString("\n  ")
-		b.WriteString(p.Location(e.Path))
-		b.WriteString(": ")
-		b.WriteString(p.Message)
+	inner := &keysfile.InvalidError{Path: e.Path, Problems: make([]keysfile.Problem, len(e.Problems))}
+	for i, p := range e.Problems {
+		inner.Problems[i] = keysfile.Problem(p)
 	}
-	return b.String()
+	return inner.Error()
 }
 
 // Location renders where the problem is, as path:line (or path alone when
 // the problem concerns the whole file), the form editors and CI logs link.
 func (p Problem) Location(path string) string {
-	if p.Line > 0 {
-		return fmt.Sprintf("%s:%d", path, p.Line)
-	}
-	return path
+	return keysfile.Problem(p).Location(path)
 }
 
 // NotFoundError reports a keys file that does not exist.
@@ -90,22 +71,13 @@ type NotFoundError struct {
 }
 
 func (e *NotFoundError) Error() string {
-	return fmt.Sprintf("keys file %s not found", e.Path)
+	return (&keysfile.NotFoundError{Path: e.Path}).Error()
 }
 
 // Role returns the active role called name.
 func (f *File) Role(name string) (Entry, bool) {
-	return find(f.Roles, func(e Entry) bool { return e.Name == name })
-}
-
-// retiredRole returns the retired entry called name.
-func (f *File) retiredRole(name string) (Entry, bool) {
-	return find(f.Retired, func(e Entry) bool { return e.Name == name })
-}
-
-func find(entries []Entry, match func(Entry) bool) (Entry, bool) {
-	for _, e := range entries {
-		if match(e) {
+	for _, e := range f.Roles {
+		if e.Name == name {
 			return e, true
 		}
 	}
@@ -125,81 +97,44 @@ func (f *File) NamesByKey() map[int64]string {
 	return m
 }
 
-func init() {
-	keysinternal.ReadFile = readFile
-	keysinternal.Parse = parse
-	keysinternal.Lint = (*File).lint
-}
-
 // Load reads the keys file at path and checks it with every rule of
 // `leasectl keys lint`: it returns the file, or an [*InvalidError] listing
 // every problem (a [*NotFoundError] when there is no file at path).
 func Load(path string) (*File, error) {
-	data, err := readFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return Parse(path, data)
-}
-
-// readFile reads at most [MaxFileSize]+1 bytes of the keys file at path (one
-// more than allowed, so that parse can tell the file is too large). A file
-// that does not exist is a [*NotFoundError]; one that cannot be read (a
-// directory, no permission) is an [*InvalidError].
-func readFile(path string) ([]byte, error) {
-	fh, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, &NotFoundError{Path: path}
-	}
-	if err != nil {
-		return nil, unreadable(path, err)
-	}
-	defer fh.Close()
-	data, err := io.ReadAll(io.LimitReader(fh, MaxFileSize+1))
-	if err != nil {
-		return nil, unreadable(path, err)
-	}
-	return data, nil
-}
-
-func unreadable(path string, err error) error {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		err = pe.Err
-	}
-	return &InvalidError{Path: path, Problems: []Problem{{Rule: keysinternal.RuleFile, Message: fmt.Sprintf("cannot read the file: %v (pass the path of a readable keys.yaml)", err)}}}
+	return public(keysfile.Load(path, keysfile.Options{}))
 }
 
 // Parse parses data, the content of a keys file, and checks it like [Load];
 // path names the file in messages only.
 func Parse(path string, data []byte) (*File, error) {
-	return parse(path, data, func(string) bool { return true })
+	return public(keysfile.Parse(path, data, keysfile.Options{}))
 }
 
-// parse checks the form of data and, of the rules about how its roles
-// relate (lint), those for which relations returns true.
-func parse(path string, data []byte, relations func(rule string) bool) (*File, error) {
-	f, problems := decode(path, data)
-	if f != nil && relations != nil {
-		for _, p := range f.lint() {
-			if relations(p.Rule) {
-				problems = append(problems, p)
-			}
+// public turns what package keysfile returns into this package's types.
+func public(f *keysfile.File, err error) (*File, error) {
+	switch e := err.(type) {
+	case nil:
+	case *keysfile.InvalidError:
+		out := &InvalidError{Path: e.Path, Problems: make([]Problem, len(e.Problems))}
+		for i, p := range e.Problems {
+			out.Problems[i] = Problem(p)
 		}
+		return nil, out
+	case *keysfile.NotFoundError:
+		return nil, &NotFoundError{Path: e.Path}
+	default:
+		return nil, err
 	}
-	if len(problems) > 0 {
-		return nil, invalid(path, problems)
-	}
-	return f, nil
+	return &File{Path: f.Path, Roles: entries(f.Roles), Retired: entries(f.Retired), RolesLine: f.RolesLine}, nil
 }
 
-// invalid builds the error for problems, in line order and capped at
-// maxProblems.
-func invalid(path string, problems []Problem) *InvalidError {
-	sort.SliceStable(problems, func(i, j int) bool { return problems[i].Line < problems[j].Line })
-	if len(problems) > maxProblems {
-		more := len(problems) - maxProblems
-		problems = append(problems[:maxProblems:maxProblems], Problem{Rule: keysinternal.RuleFile, Message: fmt.Sprintf("… and %d more problems", more)})
+func entries(in []keysfile.Entry) []Entry {
+	if in == nil {
+		return nil
 	}
-	return &InvalidError{Path: path, Problems: problems}
+	out := make([]Entry, len(in))
+	for i, e := range in {
+		out[i] = Entry(e)
+	}
+	return out
 }

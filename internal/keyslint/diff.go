@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/leasectl/leasectl/keys"
+	"github.com/leasectl/leasectl/internal/keysfile"
 )
 
 // Finding is one difference between a base and a head keys file that a
@@ -25,7 +25,7 @@ type Finding struct {
 // version the running binaries use, and returns what the rules find, in line
 // order. The files need only be of a valid form ([LoadBase]): a key shared
 // within the head is reported as DUPLICATE_KEY, not refused.
-func Diff(base, head *keys.File) []Finding {
+func Diff(base, head *keysfile.File) []Finding {
 	d := differ{base: base, head: head, owners: map[int64][]owner{}}
 	for _, e := range base.Roles {
 		d.owners[e.Key] = append(d.owners[e.Key], owner{Entry: e})
@@ -59,7 +59,7 @@ func Diff(base, head *keys.File) []Finding {
 
 // owner is a role that held a key in the base.
 type owner struct {
-	keys.Entry
+	keysfile.Entry
 	retired bool
 }
 
@@ -71,7 +71,7 @@ func (o owner) describe() string {
 }
 
 type differ struct {
-	base, head *keys.File
+	base, head *keysfile.File
 	owners     map[int64][]owner
 	findings   []Finding
 }
@@ -82,7 +82,7 @@ func (d *differ) add(rule string, sev Severity, line int, role, format string, a
 
 // headRole applies the rules to one active role of the head. It returns the
 // base role that e renames, if it does.
-func (d *differ) headRole(e keys.Entry) (renamedFrom string, renamed bool) {
+func (d *differ) headRole(e keysfile.Entry) (renamedFrom string, renamed bool) {
 	var others []owner
 	for _, o := range d.owners[e.Key] {
 		if o.Name != e.Name {
@@ -109,7 +109,7 @@ func (d *differ) headRole(e keys.Entry) (renamedFrom string, renamed bool) {
 		d.reused(e, others)
 		return "", false
 	}
-	if r, ok := retiredRole(d.base, e.Name); ok {
+	if r, ok := d.base.RetiredRole(e.Name); ok {
 		d.add(RuleRoleAdded, SeverityInfo, e.Line, e.Name, "retired role %q is active again, with key %d (it was retired with key %d)", e.Name, e.Key, r.Key)
 		return "", false
 	}
@@ -118,7 +118,7 @@ func (d *differ) headRole(e keys.Entry) (renamedFrom string, renamed bool) {
 }
 
 // reused reports e's key as one that other roles held in the base.
-func (d *differ) reused(e keys.Entry, others []owner) {
+func (d *differ) reused(e keysfile.Entry, others []owner) {
 	for _, o := range others {
 		why := fmt.Sprintf("binaries of the base still lock it for %q, so the two roles contend and one of them never leads", o.Name)
 		if o.retired {
@@ -133,14 +133,14 @@ func (d *differ) reused(e keys.Entry, others []owner) {
 // gone reports whether the head lists name nowhere, active or retired.
 func (d *differ) gone(name string) bool {
 	_, active := d.head.Role(name)
-	_, retired := retiredRole(d.head, name)
+	_, retired := d.head.RetiredRole(name)
 	return !active && !retired
 }
 
 // onlyHolder reports whether e is the only entry of the head with its key.
-func (d *differ) onlyHolder(e keys.Entry) bool {
+func (d *differ) onlyHolder(e keysfile.Entry) bool {
 	n := 0
-	for _, list := range [][]keys.Entry{d.head.Roles, d.head.Retired} {
+	for _, list := range [][]keysfile.Entry{d.head.Roles, d.head.Retired} {
 		for _, x := range list {
 			if x.Key == e.Key {
 				n++
@@ -152,8 +152,8 @@ func (d *differ) onlyHolder(e keys.Entry) bool {
 
 // goneRole applies the rules to a base role that the head no longer lists
 // as active and that no head role renames.
-func (d *differ) goneRole(b keys.Entry) {
-	r, ok := retiredRole(d.head, b.Name)
+func (d *differ) goneRole(b keysfile.Entry) {
+	r, ok := d.head.RetiredRole(b.Name)
 	switch {
 	case ok && r.Key == b.Key:
 		d.add(RuleRoleRetired, SeverityInfo, r.Line, b.Name, "role %q was retired; its key %d stays reserved under retired:", b.Name, b.Key)

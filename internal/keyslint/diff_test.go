@@ -10,8 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasectl/leasectl/internal/keysinternal"
-	"github.com/leasectl/leasectl/keys"
+	"github.com/leasectl/leasectl/internal/keysfile"
 )
 
 // diffCases lists, for each pair of fixtures testdata/diff/<name>/{base,head}.yaml,
@@ -43,12 +42,12 @@ var diffCases = map[string][]string{
 var severities = map[string]Severity{}
 
 func init() {
-	for _, r := range DiffRules {
+	for _, r := range DiffRules() {
 		severities[r.Name] = r.Severity
 	}
 }
 
-func loadPair(t *testing.T, dir string) (base, head *keys.File) {
+func loadPair(t *testing.T, dir string) (base, head *keysfile.File) {
 	t.Helper()
 	base, err := LoadBase(filepath.Join(dir, "base.yaml"))
 	if err != nil {
@@ -105,7 +104,7 @@ func messages(findings []Finding) string {
 // TestEveryDiffRuleHasFixtures keeps DiffRules and the buf-style fixture
 // directories in step.
 func TestEveryDiffRuleHasFixtures(t *testing.T) {
-	for _, r := range DiffRules {
+	for _, r := range DiffRules() {
 		for _, side := range []string{"base.yaml", "head.yaml"} {
 			if _, err := os.Stat(filepath.Join("testdata", "diff", r.Name, side)); err != nil {
 				t.Errorf("rule %s: %v", r.Name, err)
@@ -153,17 +152,17 @@ func TestLoadHeadRefusesOtherLintProblems(t *testing.T) {
 	if _, err := LoadHead(shared); err != nil {
 		t.Errorf("LoadHead refused a shared key: %v", err)
 	}
-	var inv *keys.InvalidError
-	if _, err := LoadHead(both); !errors.As(err, &inv) || len(inv.Problems) != 2 || inv.Problems[0].Rule != keysinternal.RuleProbeKey || inv.Problems[1].Rule != keysinternal.RuleProbeKey {
+	var inv *keysfile.InvalidError
+	if _, err := LoadHead(both); !errors.As(err, &inv) || len(inv.Problems) != 2 || inv.Problems[0].Rule != keysfile.RuleProbeKey || inv.Problems[1].Rule != keysfile.RuleProbeKey {
 		t.Errorf("LoadHead must report the probe's key twice and the shared key not at all: %v", err)
 	}
 	if _, err := LoadBase(probe); err != nil {
 		t.Errorf("LoadBase must check the form only (the base is history): %v", err)
 	}
-	if _, err := LoadBase(write("bad.yaml", "roles:\n  Poller: 1\n")); !errors.As(err, &inv) || inv.Problems[0].Rule != keysinternal.RuleInvalidName {
+	if _, err := LoadBase(write("bad.yaml", "roles:\n  Poller: 1\n")); !errors.As(err, &inv) || inv.Problems[0].Rule != keysfile.RuleInvalidName {
 		t.Errorf("LoadBase accepted a bad name: %v", err)
 	}
-	if _, err := LoadBase(filepath.Join(dir, "missing.yaml")); !errors.As(err, new(*keys.NotFoundError)) {
+	if _, err := LoadBase(filepath.Join(dir, "missing.yaml")); !errors.As(err, new(*keysfile.NotFoundError)) {
 		t.Errorf("LoadBase of a missing file: %T %v", err, err)
 	}
 }
@@ -189,16 +188,16 @@ func forEachFixture(t *testing.T, paths []string, root string, cases map[string]
 }
 
 // TestLintRulesAreTheParsersRules keeps the documented lint rules in step
-// with the rules package keys applies, in order.
+// with the rules the parser (internal/keysfile) applies, in order.
 func TestLintRulesAreTheParsersRules(t *testing.T) {
 	var names []string
-	for _, r := range LintRules {
+	for _, r := range LintRules() {
 		names = append(names, r.Name)
 		if r.Severity != SeverityError || r.Doc == "" {
 			t.Errorf("lint rule %+v: every lint rule is an error, with a description", r)
 		}
 	}
-	if !slices.Equal(names, keysinternal.Rules) {
-		t.Errorf("LintRules %v, the parser's rules %v", names, keysinternal.Rules)
+	if !slices.Equal(names, keysfile.Rules()) {
+		t.Errorf("LintRules %v, the parser's rules %v", names, keysfile.Rules())
 	}
 }

@@ -9,13 +9,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasectl/leasectl/internal/keysinternal"
-	"github.com/leasectl/leasectl/keys"
+	"github.com/leasectl/leasectl/internal/keysfile"
 )
 
 // render writes f back as YAML, the simplest way: what Parse reads from it
 // must be what f holds.
-func render(f *keys.File) []byte {
+func render(f *keysfile.File) []byte {
 	var b bytes.Buffer
 	b.WriteString("roles:\n")
 	for _, e := range f.Roles {
@@ -33,7 +32,7 @@ func render(f *keys.File) []byte {
 // roleName is the form of a role name (keys.yaml's format).
 var roleName = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
 
-func pairs(entries []keys.Entry) []string {
+func pairs(entries []keysfile.Entry) []string {
 	var out []string
 	for _, e := range entries {
 		out = append(out, fmt.Sprintf("%s=%d", e.Name, e.Key))
@@ -41,9 +40,9 @@ func pairs(entries []keys.Entry) []string {
 	return out
 }
 
-// FuzzParse feeds package keys's parser arbitrary bytes (seeded from
+// FuzzParse feeds the parser (internal/keysfile) arbitrary bytes (seeded from
 // testdata/fuzz/FuzzParse, every lint and diff fixture). Whatever the input,
-// keys.Parse must not panic, must either return a file that passes every
+// keysfile.Parse must not panic, must either return a file that passes every
 // rule and reads back the same, or an *InvalidError whose problems each
 // carry a known rule, a line inside the file and a message; and Diff must
 // not panic on what the form-only parse (a base's) returns.
@@ -57,15 +56,15 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	known := map[string]bool{}
-	for _, r := range keysinternal.Rules {
+	for _, r := range keysfile.Rules() {
 		known[r] = true
 	}
-	empty := &keys.File{Path: "empty", RolesLine: 1}
+	empty := &keysfile.File{Path: "empty", RolesLine: 1}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		file, err := keys.Parse("fuzz.yaml", data)
-		decoded, decodeErr := parse("fuzz.yaml", data, nil)
+		file, err := keysfile.Parse("fuzz.yaml", data, keysfile.Options{})
+		decoded, decodeErr := keysfile.Parse("fuzz.yaml", data, keysfile.Options{FormOnly: true})
 		if err != nil {
-			var inv *keys.InvalidError
+			var inv *keysfile.InvalidError
 			if !errors.As(err, &inv) || len(inv.Problems) == 0 {
 				t.Fatalf("error %T without problems: %v", err, err)
 			}
@@ -83,17 +82,17 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		if decodeErr != nil {
-			t.Fatalf("keys.Parse accepted what the form-only parse refused: %v", decodeErr)
+			t.Fatalf("Parse accepted what the form-only parse refused: %v", decodeErr)
 		}
-		for _, e := range append(append([]keys.Entry{}, file.Roles...), file.Retired...) {
+		for _, e := range append(append([]keysfile.Entry{}, file.Roles...), file.Retired...) {
 			if !roleName.MatchString(e.Name) || e.Line < 1 {
 				t.Fatalf("accepted entry %+v", e)
 			}
 		}
-		if p := lint(file); len(p) > 0 {
+		if p := keysfile.Lint(file); len(p) > 0 {
 			t.Fatalf("Parse returned a file that fails lint: %+v", p)
 		}
-		again, err := keys.Parse("again.yaml", render(file))
+		again, err := keysfile.Parse("again.yaml", render(file), keysfile.Options{})
 		if err != nil {
 			t.Fatalf("a rendered valid file does not parse: %v\n%s", err, render(file))
 		}

@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/leasectl/leasectl/keys"
+	"github.com/leasectl/leasectl/internal/keysfile"
 )
 
 // GitSource says where a base version of a keys file came from.
@@ -138,7 +138,7 @@ func RepoPath(ctx context.Context, file string) (string, error) {
 			return "", &NotRepoError{Path: file}
 		}
 		if _, statErr := os.Stat(dir); statErr != nil {
-			return "", &keys.NotFoundError{Path: file}
+			return "", &keysfile.NotFoundError{Path: file}
 		}
 		return "", err
 	}
@@ -247,7 +247,7 @@ func resolve(ctx context.Context, dir, ref string) (string, error) {
 // one that does not is a [*ShallowError], as is an empty ref. The file is
 // checked for its form only, like [LoadBase]: the base is history, and only
 // its form must be readable.
-func LoadFromGit(ctx context.Context, file, ref string) (*keys.File, GitSource, error) {
+func LoadFromGit(ctx context.Context, file, ref string) (*keysfile.File, GitSource, error) {
 	repoPath, err := RepoPath(ctx, file)
 	if err != nil {
 		return nil, GitSource{}, err
@@ -285,14 +285,14 @@ func LoadFromGit(ctx context.Context, file, ref string) (*keys.File, GitSource, 
 		return nil, src, &NotAtRefError{Ref: src.Ref, Path: repoPath}
 	}
 	var data []byte
-	if size, err := strconv.Atoi(fields[2]); err != nil || size > keys.MaxFileSize {
+	if size, err := strconv.Atoi(fields[2]); err != nil || size > keysfile.MaxFileSize {
 		// Too large: the parser refuses the file by its size alone, so
 		// the blob need not be read.
-		data = make([]byte, keys.MaxFileSize+1)
+		data = make([]byte, keysfile.MaxFileSize+1)
 	} else if data, err = git(ctx, dir, "cat-file", "blob", fields[0]); err != nil {
 		return nil, src, err
 	}
-	f, err := parse(src.String(), data, nil)
+	f, err := keysfile.Parse(src.String(), data, keysfile.Options{FormOnly: true})
 	return f, src, err
 }
 
@@ -309,7 +309,7 @@ func gitStdin(ctx context.Context, dir, stdin string, args ...string) ([]byte, e
 	// prompt may wait for a terminal in CI.
 	c.Env = append(os.Environ(), "LC_ALL=C", "GIT_TERMINAL_PROMPT=0", "GIT_OPTIONAL_LOCKS=0")
 	c.Stdin = strings.NewReader(stdin)
-	out := &cappedBuffer{max: keys.MaxFileSize + 1}
+	out := &cappedBuffer{max: keysfile.MaxFileSize + 1}
 	var errOut cappedBuffer
 	errOut.max = 4096
 	c.Stdout, c.Stderr = out, &errOut

@@ -9,8 +9,7 @@ import (
 
 	"github.com/leasectl/leasectl/internal/errkind"
 	"github.com/leasectl/leasectl/internal/gittest"
-	"github.com/leasectl/leasectl/internal/keysinternal"
-	"github.com/leasectl/leasectl/keys"
+	"github.com/leasectl/leasectl/internal/keysfile"
 )
 
 const (
@@ -156,24 +155,24 @@ func TestGitBaseIsDecodedNotLinted(t *testing.T) {
 		t.Errorf("a base with a shared key must load: %v", err)
 	}
 	_, _, err := LoadFromGit(context.Background(), r.Path("keys.yaml"), "v2")
-	var inv *keys.InvalidError
+	var inv *keysfile.InvalidError
 	if !errors.As(err, &inv) || inv.Path != "v2:keys.yaml" {
 		t.Errorf("a base that does not parse: %T %v", err, err)
 	}
 }
 
-// TestGitBaseTooLarge: a base larger than keys.MaxFileSize at the ref is
+// TestGitBaseTooLarge: a base larger than keysfile.MaxFileSize at the ref is
 // refused by the FILE rule, like a file on disk.
 func TestGitBaseTooLarge(t *testing.T) {
 	r := gittest.New(t)
-	r.Write("keys.yaml", "roles:\n"+strings.Repeat("# padding\n", keys.MaxFileSize/10+1))
+	r.Write("keys.yaml", "roles:\n"+strings.Repeat("# padding\n", keysfile.MaxFileSize/10+1))
 	r.Commit("huge")
 	r.Tag("v1")
 	r.Write("keys.yaml", v1Keys)
 	r.Commit("small again")
 	_, _, err := LoadFromGit(context.Background(), r.Path("keys.yaml"), "v1")
-	var inv *keys.InvalidError
-	if !errors.As(err, &inv) || len(inv.Problems) != 1 || inv.Problems[0].Rule != keysinternal.RuleFile ||
+	var inv *keysfile.InvalidError
+	if !errors.As(err, &inv) || len(inv.Problems) != 1 || inv.Problems[0].Rule != keysfile.RuleFile ||
 		!strings.Contains(inv.Problems[0].Message, "larger than") || inv.Path != "v1:keys.yaml" {
 		t.Errorf("a base over MaxFileSize: %T %v", err, err)
 	}

@@ -3,8 +3,7 @@ package keyslint
 import (
 	"fmt"
 
-	"github.com/leasectl/leasectl/internal/keysinternal"
-	"github.com/leasectl/leasectl/keys"
+	"github.com/leasectl/leasectl/internal/keysfile"
 	"github.com/leasectl/leasectl/locks"
 )
 
@@ -26,7 +25,7 @@ const (
 	RuleKeyChanged   = "KEY_CHANGED"
 	RuleRoleRemoved  = "ROLE_REMOVED"
 	RuleKeyReused    = "KEY_REUSED"
-	RuleDuplicateKey = keysinternal.RuleDuplicateKey
+	RuleDuplicateKey = keysfile.RuleDuplicateKey
 	RuleRoleAdded    = "ROLE_ADDED"
 	RuleRoleRetired  = "ROLE_RETIRED"
 	RuleRoleRenamed  = "ROLE_RENAMED"
@@ -40,30 +39,34 @@ type RuleDoc struct {
 	Doc      string
 }
 
-// LintRules are the rules package keys applies, which `keys lint` checks,
-// in the order they apply (keysinternal.Rules). Every one of them makes the
+// LintRules returns the rules the parser applies, which `keys lint` checks,
+// in the order they apply ([keysfile.Rules]). Every one of them makes the
 // file invalid.
-var LintRules = []RuleDoc{
-	{keysinternal.RuleFile, SeverityError, fmt.Sprintf("the file cannot be read, or is larger than %d KiB", keys.MaxFileSize>>10)},
-	{keysinternal.RuleSyntax, SeverityError, "the YAML does not parse, is empty, or holds more than one document"},
-	{keysinternal.RuleAlias, SeverityError, "anchors (&a), aliases (*a) and merge keys (<<) are refused, so an alias bomb is never expanded"},
-	{keysinternal.RuleStructure, SeverityError, "the top level is not a mapping with `roles:`, or a section is not a mapping of name to key"},
-	{keysinternal.RuleUnknownField, SeverityError, "a top-level field other than `roles` and `retired`"},
-	{keysinternal.RuleDuplicateField, SeverityError, "a field or role listed twice in one mapping (YAML readers silently keep the last)"},
-	{keysinternal.RuleInvalidName, SeverityError, "a role name not matching `[a-z][a-z0-9_-]*`, or one YAML 1.1 reads as a boolean (`on`, `yes`, …) unless quoted"},
-	{keysinternal.RuleInvalidKey, SeverityError, "a key that is not an int64 in plain decimal or `0x` hex: floats, strings, booleans, overflow, and spellings YAML readers disagree on (`017`, `0o17`, `1_000`)"},
-	{keysinternal.RuleDuplicateKey, SeverityError, "two roles share a key, or an active role uses a key listed under `retired:`"},
-	{keysinternal.RuleActiveAndRetired, SeverityError, "one name is both an active and a retired role"},
-	{keysinternal.RuleProbeKey, SeverityError, fmt.Sprintf("a role uses a key from %d to %d (0x%x–0x%x, high half \"leas\"), the range `leasectl probe` takes its keys from", locks.ProbeKeyBase, locks.ProbeKeyBase+0xffffffff, locks.ProbeKeyBase, locks.ProbeKeyBase+0xffffffff)},
+func LintRules() []RuleDoc {
+	return []RuleDoc{
+		{keysfile.RuleFile, SeverityError, fmt.Sprintf("the file cannot be read, or is larger than %d KiB", keysfile.MaxFileSize>>10)},
+		{keysfile.RuleSyntax, SeverityError, "the YAML does not parse, is empty, or holds more than one document"},
+		{keysfile.RuleAlias, SeverityError, "anchors (&a), aliases (*a) and merge keys (<<) are refused, so an alias bomb is never expanded"},
+		{keysfile.RuleStructure, SeverityError, "the top level is not a mapping with `roles:`, or a section is not a mapping of name to key"},
+		{keysfile.RuleUnknownField, SeverityError, "a top-level field other than `roles` and `retired`"},
+		{keysfile.RuleDuplicateField, SeverityError, "a field or role listed twice in one mapping (YAML readers silently keep the last)"},
+		{keysfile.RuleInvalidName, SeverityError, "a role name not matching `[a-z][a-z0-9_-]*`, or one YAML 1.1 reads as a boolean (`on`, `yes`, …) unless quoted"},
+		{keysfile.RuleInvalidKey, SeverityError, "a key that is not an int64 in plain decimal or `0x` hex: floats, strings, booleans, overflow, and spellings YAML readers disagree on (`017`, `0o17`, `1_000`)"},
+		{keysfile.RuleDuplicateKey, SeverityError, "two roles share a key, or an active role uses a key listed under `retired:`"},
+		{keysfile.RuleActiveAndRetired, SeverityError, "one name is both an active and a retired role"},
+		{keysfile.RuleProbeKey, SeverityError, fmt.Sprintf("a role uses a key from %d to %d (0x%x–0x%x, high half \"leas\"), the range `leasectl probe` takes its keys from", locks.ProbeKeyBase, locks.ProbeKeyBase+0xffffffff, locks.ProbeKeyBase, locks.ProbeKeyBase+0xffffffff)},
+	}
 }
 
-// DiffRules are the rules [Diff] applies, with their severities.
-var DiffRules = []RuleDoc{
-	{RuleKeyChanged, SeverityError, "a role's key differs from the base: old and new binaries lock different keys and both lead"},
-	{RuleRoleRemoved, SeverityError, "a role is gone without moving to `retired:` with the same key, so nothing keeps its key from being reused"},
-	{RuleKeyReused, SeverityError, "a role uses a key that belonged to another role, active or retired, in the base"},
-	{RuleDuplicateKey, SeverityError, "two roles of the new file share a key, or an active role uses a retired key"},
-	{RuleRoleAdded, SeverityInfo, "a new role with a new key"},
-	{RuleRoleRetired, SeverityInfo, "a role moved to `retired:` with its key"},
-	{RuleRoleRenamed, SeverityInfo, "same key, new name, old name gone: during the rollout both names contend for the one lock"},
+// DiffRules returns the rules [Diff] applies, with their severities.
+func DiffRules() []RuleDoc {
+	return []RuleDoc{
+		{RuleKeyChanged, SeverityError, "a role's key differs from the base: old and new binaries lock different keys and both lead"},
+		{RuleRoleRemoved, SeverityError, "a role is gone without moving to `retired:` with the same key, so nothing keeps its key from being reused"},
+		{RuleKeyReused, SeverityError, "a role uses a key that belonged to another role, active or retired, in the base"},
+		{RuleDuplicateKey, SeverityError, "two roles of the new file share a key, or an active role uses a retired key"},
+		{RuleRoleAdded, SeverityInfo, "a new role with a new key"},
+		{RuleRoleRetired, SeverityInfo, "a role moved to `retired:` with its key"},
+		{RuleRoleRenamed, SeverityInfo, "same key, new name, old name gone: during the rollout both names contend for the one lock"},
+	}
 }

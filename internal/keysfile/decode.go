@@ -1,4 +1,4 @@
-package keys
+package keysfile
 
 import (
 	"bytes"
@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/leasectl/leasectl/internal/keysinternal"
 	"github.com/leasectl/leasectl/locks"
 	"go.yaml.in/yaml/v3"
 )
@@ -116,7 +115,7 @@ func (d *decoder) add(rule string, line int, role, format string, args ...any) {
 func decode(path string, data []byte) (*File, []Problem) {
 	d := &decoder{}
 	if len(data) > MaxFileSize {
-		d.add(keysinternal.RuleFile, 0, "", "the file is larger than %d bytes; a role map is a few lines", MaxFileSize)
+		d.add(RuleFile, 0, "", "the file is larger than %d bytes; a role map is a few lines", MaxFileSize)
 		return nil, d.problems
 	}
 	root, ok := d.parseYAML(data)
@@ -129,9 +128,9 @@ func decode(path string, data []byte) (*File, []Problem) {
 	}
 	if root.Kind != yaml.MappingNode {
 		if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
-			d.add(keysinternal.RuleStructure, root.Line, "", "the file holds no 'roles:' mapping; start with a line 'roles:'")
+			d.add(RuleStructure, root.Line, "", "the file holds no 'roles:' mapping; start with a line 'roles:'")
 		} else {
-			d.add(keysinternal.RuleStructure, root.Line, "", "expected a mapping with 'roles:' at the top level, got %s", kindName(root))
+			d.add(RuleStructure, root.Line, "", "expected a mapping with 'roles:' at the top level, got %s", kindName(root))
 		}
 		return nil, d.problems
 	}
@@ -142,11 +141,11 @@ func decode(path string, data []byte) (*File, []Problem) {
 			continue
 		}
 		if k.Kind != yaml.ScalarNode {
-			d.add(keysinternal.RuleUnknownField, k.Line, "", "a top-level field must be a name (roles or retired), got %s", kindName(k))
+			d.add(RuleUnknownField, k.Line, "", "a top-level field must be a name (roles or retired), got %s", kindName(k))
 			continue
 		}
 		if first, dup := seen[k.Value]; dup {
-			d.add(keysinternal.RuleDuplicateField, k.Line, "", "field %q appears twice (first at line %d); YAML readers silently keep the last one, so merge the two", k.Value, first)
+			d.add(RuleDuplicateField, k.Line, "", "field %q appears twice (first at line %d); YAML readers silently keep the last one, so merge the two", k.Value, first)
 			continue
 		}
 		seen[k.Value] = k.Line
@@ -157,12 +156,12 @@ func decode(path string, data []byte) (*File, []Problem) {
 		case "retired":
 			f.Retired = d.section(v, "retired")
 		default:
-			d.add(keysinternal.RuleUnknownField, k.Line, "", "unknown top-level field %q (allowed: roles, retired)", k.Value)
+			d.add(RuleUnknownField, k.Line, "", "unknown top-level field %q (allowed: roles, retired)", k.Value)
 			d.plain(v)
 		}
 	}
 	if f.RolesLine == 0 {
-		d.add(keysinternal.RuleStructure, root.Line, "", "missing 'roles:' mapping of role name to key")
+		d.add(RuleStructure, root.Line, "", "missing 'roles:' mapping of role name to key")
 	}
 	return f, d.problems
 }
@@ -176,7 +175,7 @@ func (d *decoder) parseYAML(data []byte) (root *yaml.Node, ok bool) {
 		// The parser is third-party code fed hostile input: a panic in it
 		// must be an invalid file, not a crash of the command.
 		if r := recover(); r != nil {
-			d.add(keysinternal.RuleSyntax, 0, "", "the YAML parser failed on this file (%v); simplify it to plain 'name: key' lines", r)
+			d.add(RuleSyntax, 0, "", "the YAML parser failed on this file (%v); simplify it to plain 'name: key' lines", r)
 			root, ok = nil, false
 		}
 	}()
@@ -184,7 +183,7 @@ func (d *decoder) parseYAML(data []byte) (root *yaml.Node, ok bool) {
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {
-			d.add(keysinternal.RuleSyntax, 0, "", "the file is empty; expected a top-level 'roles:' mapping")
+			d.add(RuleSyntax, 0, "", "the file is empty; expected a top-level 'roles:' mapping")
 		} else {
 			d.yamlError(err)
 		}
@@ -193,14 +192,14 @@ func (d *decoder) parseYAML(data []byte) (root *yaml.Node, ok bool) {
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
 	case err == nil:
-		d.add(keysinternal.RuleSyntax, next.Line, "", "a second YAML document starts here; a keys file holds one document (remove the '---' line)")
+		d.add(RuleSyntax, next.Line, "", "a second YAML document starts here; a keys file holds one document (remove the '---' line)")
 		return nil, false
 	case !errors.Is(err, io.EOF):
 		d.yamlError(err)
 		return nil, false
 	}
 	if len(doc.Content) == 0 {
-		d.add(keysinternal.RuleSyntax, 0, "", "the file is empty; expected a top-level 'roles:' mapping")
+		d.add(RuleSyntax, 0, "", "the file is empty; expected a top-level 'roles:' mapping")
 		return nil, false
 	}
 	return doc.Content[0], true
@@ -219,7 +218,7 @@ func (d *decoder) yamlError(err error) {
 			}
 		}
 	}
-	d.add(keysinternal.RuleSyntax, line, "", "%s", msg)
+	d.add(RuleSyntax, line, "", "%s", msg)
 }
 
 // plain reports whether n is free of anchors, aliases and merge keys, and
@@ -230,11 +229,11 @@ func (d *decoder) plain(n *yaml.Node) bool {
 	const why = "anchors and aliases are not allowed in a keys file; write each role and key out in full"
 	switch {
 	case n.Kind == yaml.AliasNode:
-		d.add(keysinternal.RuleAlias, n.Line, "", "alias *%s: %s", n.Value, why)
+		d.add(RuleAlias, n.Line, "", "alias *%s: %s", n.Value, why)
 	case n.Anchor != "":
-		d.add(keysinternal.RuleAlias, n.Line, "", "anchor &%s: %s", n.Anchor, why)
+		d.add(RuleAlias, n.Line, "", "anchor &%s: %s", n.Anchor, why)
 	case n.Tag == "!!merge":
-		d.add(keysinternal.RuleAlias, n.Line, "", "merge key '<<': %s", why)
+		d.add(RuleAlias, n.Line, "", "merge key '<<': %s", why)
 	default:
 		return true
 	}
@@ -250,7 +249,7 @@ func (d *decoder) section(n *yaml.Node, name string) []Entry {
 		return nil // "roles:" with nothing under it: no roles yet
 	}
 	if n.Kind != yaml.MappingNode {
-		d.add(keysinternal.RuleStructure, n.Line, "", "'%s:' must be a mapping of role name to key, like '%s: {poller: 1840000001}', got %s", name, name, kindName(n))
+		d.add(RuleStructure, n.Line, "", "'%s:' must be a mapping of role name to key, like '%s: {poller: 1840000001}', got %s", name, name, kindName(n))
 		return nil
 	}
 	var out []Entry
@@ -265,13 +264,13 @@ func (d *decoder) section(n *yaml.Node, name string) []Entry {
 			continue
 		}
 		if first, dup := seen[roleName]; dup {
-			d.add(keysinternal.RuleDuplicateField, k.Line, roleName, "role %q is listed twice under %s: (first at line %d); YAML readers silently keep the last one, so delete one", roleName, name, first)
+			d.add(RuleDuplicateField, k.Line, roleName, "role %q is listed twice under %s: (first at line %d); YAML readers silently keep the last one, so delete one", roleName, name, first)
 			continue
 		}
 		seen[roleName] = k.Line
 		key, err := parseKey(v)
 		if err != nil {
-			d.add(keysinternal.RuleInvalidKey, v.Line, roleName, "%s.%s: %v", name, roleName, err)
+			d.add(RuleInvalidKey, v.Line, roleName, "%s.%s: %v", name, roleName, err)
 			continue
 		}
 		out = append(out, Entry{Name: roleName, Key: key, Line: k.Line})
@@ -286,14 +285,14 @@ func (d *decoder) roleName(k *yaml.Node, section string) (string, bool) {
 	const form = "a role name matches [a-z][a-z0-9_-]*: lower-case letters, digits, '-' and '_', starting with a letter"
 	switch {
 	case k.Kind != yaml.ScalarNode:
-		d.add(keysinternal.RuleInvalidName, k.Line, "", "a role name under %s: must be a plain name, got %s; %s", section, kindName(k), form)
+		d.add(RuleInvalidName, k.Line, "", "a role name under %s: must be a plain name, got %s; %s", section, kindName(k), form)
 		return "", false
 	case k.Tag != "!!str":
-		d.add(keysinternal.RuleInvalidName, k.Line, k.Value, "role name %s under %s: is read as %s by YAML, not as a name; %s", k.Value, section, kindName(k), form)
+		d.add(RuleInvalidName, k.Line, k.Value, "role name %s under %s: is read as %s by YAML, not as a name; %s", k.Value, section, kindName(k), form)
 	case !isRoleName(k.Value):
-		d.add(keysinternal.RuleInvalidName, k.Line, k.Value, "role name %q under %s: has the wrong form; %s", k.Value, section, form)
+		d.add(RuleInvalidName, k.Line, k.Value, "role name %q under %s: has the wrong form; %s", k.Value, section, form)
 	case k.Style&(yaml.SingleQuotedStyle|yaml.DoubleQuotedStyle) == 0 && isYAML11Boolean(k.Value):
-		d.add(keysinternal.RuleInvalidName, k.Line, k.Value, "role name %s under %s: is a boolean to YAML 1.1 readers (PyYAML, Ruby), so a worker in such a language would not find it; rename the role or quote it as \"%s\"", k.Value, section, k.Value)
+		d.add(RuleInvalidName, k.Line, k.Value, "role name %s under %s: is a boolean to YAML 1.1 readers (PyYAML, Ruby), so a worker in such a language would not find it; rename the role or quote it as \"%s\"", k.Value, section, k.Value)
 	}
 	return k.Value, true
 }

@@ -1,4 +1,4 @@
-package keys
+package keysfile
 
 import (
 	"errors"
@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/leasectl/leasectl/internal/keysinternal"
 )
 
 // lintCases lists, for every fixture under testdata/lint, the problems Parse
@@ -100,7 +98,7 @@ func TestLintFixtures(t *testing.T) {
 		t.Fatal(err)
 	}
 	forEachFixture(t, files, "testdata/lint", lintCases, func(t *testing.T, path string, want []string) {
-		f, err := Load(path)
+		f, err := Load(path, Options{})
 		got := ruleLines(problemsOf(t, err))
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("problems:\n got %v\nwant %v\nerror: %v", got, want, err)
@@ -134,33 +132,34 @@ func forEachFixture(t *testing.T, paths []string, root string, cases map[string]
 	}
 }
 
-// TestEveryRuleIsTested keeps the rules (keysinternal.Rules, which the
+// TestEveryRuleIsTested keeps the rules (Rules, which the
 // lint rules table of internal/keyslint follows), the fixtures and the
 // programmatic tests below in step.
 func TestEveryRuleIsTested(t *testing.T) {
-	covered := map[string]bool{keysinternal.RuleFile: true} // TestFileProblems
+	covered := map[string]bool{RuleFile: true} // TestFileProblems
 	for _, want := range lintCases {
 		for _, w := range want {
 			covered[strings.Split(w, ":")[0]] = true
 		}
 	}
-	for _, r := range keysinternal.Rules {
+	rules := Rules()
+	for _, r := range rules {
 		if !covered[r] {
 			t.Errorf("rule %s has no fixture", r)
 		}
-		if _, err := os.Stat(filepath.Join("testdata", "lint", r)); err != nil && r != keysinternal.RuleFile {
+		if _, err := os.Stat(filepath.Join("testdata", "lint", r)); err != nil && r != RuleFile {
 			t.Errorf("rule %s has no directory testdata/lint/%s", r, r)
 		}
 	}
 	for rule := range covered {
-		if !slices.Contains(keysinternal.Rules, rule) {
-			t.Errorf("a fixture shows rule %s, which keysinternal.Rules lacks", rule)
+		if !slices.Contains(rules, rule) {
+			t.Errorf("a fixture shows rule %s, which Rules() lacks", rule)
 		}
 	}
 }
 
 func TestValidFileValues(t *testing.T) {
-	f, err := Load("testdata/lint/valid/full.yaml")
+	f, err := Load("testdata/lint/valid/full.yaml", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,16 +182,13 @@ func TestValidFileValues(t *testing.T) {
 	if _, ok := f.Role("sweeper"); ok {
 		t.Error("Role finds a retired role")
 	}
-	if got := f.NamesByKey(); len(got) != len(want) || got[-42] != "negative" {
-		t.Errorf("NamesByKey: %v", got)
-	}
-	if got := (*File)(nil).NamesByKey(); got != nil {
-		t.Errorf("NamesByKey of a nil File: %v", got)
+	if e, ok := f.RetiredRole("sweeper"); !ok || e.Key != 1840000000 {
+		t.Errorf("RetiredRole(sweeper) = %v, %v", e, ok)
 	}
 }
 
 func TestInt64Limits(t *testing.T) {
-	f, err := parse("limits", []byte("roles:\n  max: 9223372036854775807\n  min: -9223372036854775808\n  hexmax: 0x7fffffffffffffff\n"), nil)
+	f, err := Parse("limits", []byte("roles:\n  max: 9223372036854775807\n  min: -9223372036854775808\n  hexmax: 0x7fffffffffffffff\n"), Options{FormOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +210,7 @@ func TestMessagesSayWhatToDo(t *testing.T) {
 		{"roles:\n  a: &x 1\n", "anchors and aliases are not allowed"},
 		{"rolse:\n  a: 1\n", "allowed: roles, retired"},
 	} {
-		_, err := Parse("keys.yaml", []byte(tc.yaml))
+		_, err := Parse("keys.yaml", []byte(tc.yaml), Options{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: want an error saying %q, got %v", tc.yaml, tc.want, err)
 		}
@@ -223,11 +219,11 @@ func TestMessagesSayWhatToDo(t *testing.T) {
 
 func TestFileProblems(t *testing.T) {
 	dir := t.TempDir()
-	if _, err := Load(filepath.Join(dir, "missing.yaml")); !errors.As(err, new(*NotFoundError)) {
+	if _, err := Load(filepath.Join(dir, "missing.yaml"), Options{}); !errors.As(err, new(*NotFoundError)) {
 		t.Errorf("missing file: want *NotFoundError, got %T %v", err, err)
 	}
-	p := problemsOf(t, func() error { _, err := Load(dir); return err }())
-	if p[0].Rule != keysinternal.RuleFile || !strings.Contains(p[0].Message, "cannot read") {
+	p := problemsOf(t, func() error { _, err := Load(dir, Options{}); return err }())
+	if p[0].Rule != RuleFile || !strings.Contains(p[0].Message, "cannot read") {
 		t.Errorf("a directory: %+v", p)
 	}
 	big := "roles:\n" + strings.Repeat("# padding\n", MaxFileSize/10+1)
@@ -235,40 +231,40 @@ func TestFileProblems(t *testing.T) {
 	if err := os.WriteFile(path, []byte(big), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p = problemsOf(t, func() error { _, err := Load(path); return err }())
-	if len(p) != 1 || p[0].Rule != keysinternal.RuleFile || !strings.Contains(p[0].Message, "larger than") {
+	p = problemsOf(t, func() error { _, err := Load(path, Options{}); return err }())
+	if len(p) != 1 || p[0].Rule != RuleFile || !strings.Contains(p[0].Message, "larger than") {
 		t.Errorf("a file over MaxFileSize: %+v", p)
 	}
 }
 
 func TestProblemsAreCapped(t *testing.T) {
 	data := "roles:\n" + strings.Repeat("  a: x\n", 5000)
-	p := problemsOf(t, func() error { _, err := Parse("k", []byte(data)); return err }())
+	p := problemsOf(t, func() error { _, err := Parse("k", []byte(data), Options{}); return err }())
 	if len(p) != maxProblems+1 || !strings.Contains(p[maxProblems].Message, "more problems") {
 		t.Fatalf("got %d problems, last %+v", len(p), p[len(p)-1])
 	}
 }
 
-// TestRelationsAreOptional: parse without the rules about how roles relate
+// TestRelationsAreOptional: Parse without the rules about how roles relate
 // (as keys diff reads a base) refuses bad form but not shared keys, which
-// keys diff reports as findings; Parse refuses both.
+// keys diff reports as findings; with every rule it refuses both.
 func TestRelationsAreOptional(t *testing.T) {
 	data := []byte("roles:\n  a: 1\n  b: 1\n  c: 0x6c65617300000001\n")
-	f, err := parse("k", data, nil)
+	f, err := Parse("k", data, Options{FormOnly: true})
 	if err != nil {
-		t.Fatalf("parse without relations: %v", err)
+		t.Fatalf("Parse without relations: %v", err)
 	}
-	if got := ruleLines(f.lint()); !reflect.DeepEqual(got, []string{"DUPLICATE_KEY:3", "PROBE_KEY:4"}) {
+	if got := ruleLines(Lint(f)); !reflect.DeepEqual(got, []string{"DUPLICATE_KEY:3", "PROBE_KEY:4"}) {
 		t.Errorf("lint: %v", got)
 	}
-	notShared := func(rule string) bool { return rule != keysinternal.RuleDuplicateKey }
-	if got := ruleLines(problemsOf(t, func() error { _, err := parse("k", data, notShared); return err }())); !reflect.DeepEqual(got, []string{"PROBE_KEY:4"}) {
-		t.Errorf("parse without DUPLICATE_KEY: %v", got)
+	notShared := Options{Skip: []string{RuleDuplicateKey}}
+	if got := ruleLines(problemsOf(t, func() error { _, err := Parse("k", data, notShared); return err }())); !reflect.DeepEqual(got, []string{"PROBE_KEY:4"}) {
+		t.Errorf("Parse without DUPLICATE_KEY: %v", got)
 	}
-	if _, err := Parse("k", data); err == nil {
-		t.Error("Parse accepted a shared key")
+	if _, err := Parse("k", data, Options{}); err == nil {
+		t.Error("Parse with every rule accepted a shared key")
 	}
-	if _, err := parse("k", []byte("roles:\n  A: 1\n"), nil); err == nil {
-		t.Error("parse without relations accepted a bad name")
+	if _, err := Parse("k", []byte("roles:\n  A: 1\n"), Options{FormOnly: true}); err == nil {
+		t.Error("Parse without relations accepted a bad name")
 	}
 }

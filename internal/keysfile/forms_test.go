@@ -1,4 +1,4 @@
-package keys
+package keysfile
 
 import (
 	"regexp"

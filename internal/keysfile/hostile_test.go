@@ -1,11 +1,10 @@
-package keys
+package keysfile
 
 import (
 	"os"
 	"strings"
 	"testing"
 
-	"github.com/leasectl/leasectl/internal/keysinternal"
 	"github.com/leasectl/leasectl/internal/memtest"
 )
 
@@ -28,8 +27,8 @@ func TestBillionLaughs(t *testing.T) {
 		t.Fatal(err)
 	}
 	var parseErr error
-	n := memtest.Allocated(func() { _, parseErr = Parse("bomb.yaml", data) })
-	wantRule(t, parseErr, keysinternal.RuleAlias, "anchors and aliases are not allowed")
+	n := memtest.Allocated(func() { _, parseErr = Parse("bomb.yaml", data, Options{}) })
+	wantRule(t, parseErr, RuleAlias, "anchors and aliases are not allowed")
 	if n > 1<<20 {
 		t.Errorf("parsing a %d-byte alias bomb allocated %d bytes: aliases are being expanded", len(data), n)
 	}
@@ -46,8 +45,8 @@ func TestAliasBombAtSizeLimit(t *testing.T) {
 	}
 	data := []byte(b.String())
 	var parseErr error
-	n := memtest.Allocated(func() { _, parseErr = Parse("bomb.yaml", data) })
-	wantRule(t, parseErr, keysinternal.RuleAlias, "alias *a")
+	n := memtest.Allocated(func() { _, parseErr = Parse("bomb.yaml", data, Options{}) })
+	wantRule(t, parseErr, RuleAlias, "alias *a")
 	if n > 200*uint64(len(data)) {
 		t.Errorf("a %d-byte file allocated %d bytes", len(data), n)
 	}
@@ -57,19 +56,19 @@ func TestAliasBombAtSizeLimit(t *testing.T) {
 // syntax error; merely deep nesting is a wrong shape. Neither recurses
 // without bound.
 func TestDeepNesting(t *testing.T) {
-	_, err := Parse("deep.yaml", []byte("roles: "+strings.Repeat("[", 20000)))
-	wantRule(t, err, keysinternal.RuleSyntax, "exceeded max depth")
+	_, err := Parse("deep.yaml", []byte("roles: "+strings.Repeat("[", 20000)), Options{})
+	wantRule(t, err, RuleSyntax, "exceeded max depth")
 
-	_, err = Parse("deep.yaml", []byte("roles:\n  poller: "+strings.Repeat("{a: ", 5000)+"1"+strings.Repeat("}", 5000)+"\n"))
-	wantRule(t, err, keysinternal.RuleInvalidKey, "got a mapping")
+	_, err = Parse("deep.yaml", []byte("roles:\n  poller: "+strings.Repeat("{a: ", 5000)+"1"+strings.Repeat("}", 5000)+"\n"), Options{})
+	wantRule(t, err, RuleInvalidKey, "got a mapping")
 
 	var b strings.Builder
 	b.WriteString("roles:\n")
 	for i := 1; i < 650; i++ { // as deep as MaxFileSize allows
 		b.WriteString(strings.Repeat(" ", i) + "a:\n")
 	}
-	_, err = Parse("deep.yaml", []byte(b.String()))
-	wantRule(t, err, keysinternal.RuleInvalidKey, "got a mapping")
+	_, err = Parse("deep.yaml", []byte(b.String()), Options{})
+	wantRule(t, err, RuleInvalidKey, "got a mapping")
 }
 
 // TestNoPanicOnOddInput covers inputs that tripped YAML parsers before.
@@ -79,7 +78,7 @@ func TestNoPanicOnOddInput(t *testing.T) {
 		"roles:\n  a: !!binary aGVsbG8=", "roles:\n  a: 0x", "roles:\n  a: -", "roles:\n  a: |\n    1\n",
 		"%YAML 1.1\n---\nroles: {a: 1}", "roles:\n  \"\\ud800\": 1", strings.Repeat("- ", 5000),
 	} {
-		if _, err := Parse("odd.yaml", []byte(in)); err != nil {
+		if _, err := Parse("odd.yaml", []byte(in), Options{}); err != nil {
 			problemsOf(t, err)
 		}
 	}
