@@ -417,7 +417,6 @@ func diffSummary(res *diffResult, file string) string {
 	}
 }
 
-// plural renders "1 error", "2 errors".
 // readKeysFrom parses a keys file read from r (standard input), named
 // name in messages, with the size limit of a file.
 func readKeysFrom(r io.Reader, name string) (*keysfile.File, error) {
