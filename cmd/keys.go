@@ -427,6 +427,7 @@ func readKeysFrom(r io.Reader, name string) (*keysfile.File, error) {
 	return keysfile.Parse(name, data, keysfile.Options{})
 }
 
+// plural renders "1 error", "2 errors".
 func plural(n int, word string) string {
 	if n == 1 {
 		return fmt.Sprintf("1 %s", word)
