@@ -13,7 +13,8 @@
 //
 // where the .sql files hold the statement of locks.Read with its parameters inlined
 // and psql connects with gssencmode=disable (pgx does not try GSSAPI
-// either). stdout of both goes to /dev/null (not a terminal: plain output).
+// either). Each pair is timed twice: over TCP, where the lab's server asks
+// for SCRAM, and over its unix socket, where it trusts the client. stdout of both goes to /dev/null (not a terminal: plain output).
 // It prints medians, p90 and the ratio leasectl / psql, and the median peak
 // RSS of each over -rss-runs more runs under GNU time (/usr/bin/time, which
 // a small parent keeps accurate). Run it from the repository root:
@@ -123,30 +124,43 @@ func run(sessions, perSession, runs int, keysPath string) error {
 	if err := os.WriteFile(rolesSQL, []byte(inline(false, roleKeys)), 0o600); err != nil {
 		return err
 	}
-	env := []string{"LEASECTL_DSN=" + dsn, "PGPASSFILE=" + l.PassFile}
+	// Each command runs over both of the lab's ways in: TCP, where the
+	// server asks for SCRAM, and the unix socket, where it trusts the
+	// client, so that the login is cheap and the rest of the run shows.
+	type target struct{ auth, dsn, psqlDSN string }
+	targets := []target{
+		// libpq tries GSSAPI encryption first by default; pgx does not, so
+		// the baseline does not either.
+		{"TCP, SCRAM", dsn, dsn + "&gssencmode=disable"},
+		{"socket, trust", l.SocketDSN(), l.SocketDSN() + " gssencmode=disable"},
+	}
 	whoAll := cmdSpec{leasectl, []string{"who", "--all", "--keys", keysPath}}
 	whoJSON := cmdSpec{leasectl, []string{"who", "--all", "-o", "json", "--keys", keysPath}}
 	whoRoles := cmdSpec{leasectl, []string{"who", "--keys", keysPath}}
-	// libpq tries GSSAPI encryption first by default; pgx does not, so
-	// the baseline does not either.
-	psqlDSN := dsn + "&gssencmode=disable"
-	psqlAll := cmdSpec{psql, []string{"-X", "-At", "-d", psqlDSN, "-f", allSQL}}
-	psqlRoles := cmdSpec{psql, []string{"-X", "-At", "-d", psqlDSN, "-f", rolesSQL}}
+	psqlOf := func(t target, file string) cmdSpec {
+		return cmdSpec{psql, []string{"-X", "-At", "-d", t.psqlDSN, "-f", file}}
+	}
+	envOf := func(t target) []string { return []string{"LEASECTL_DSN=" + t.dsn, "PGPASSFILE=" + l.PassFile} }
 
-	// Check that both sides see the same locks before timing them.
+	// Check that both sides see the same locks, both ways in, before
+	// timing them.
 	total := sessions * perSession
-	if n, err := countLines(psqlAll, env); err != nil || n != total {
-		return fmt.Errorf("psql --all printed %d rows (%v), want %d", n, err, total)
-	}
-	if n, err := countLines(whoAll, env); err != nil || n < total {
-		return fmt.Errorf("leasectl who --all printed %d lines (%v), want at least %d", n, err, total)
-	}
-	if n, err := countLeases(whoJSON, env); err != nil || n < total {
-		return fmt.Errorf("leasectl who --all -o json printed %d leases (%v), want at least %d", n, err, total)
+	for _, t := range targets {
+		env := envOf(t)
+		if n, err := countLines(psqlOf(t, allSQL), env); err != nil || n != total {
+			return fmt.Errorf("%s: psql --all printed %d rows (%v), want %d", t.auth, n, err, total)
+		}
+		if n, err := countLines(whoAll, env); err != nil || n < total {
+			return fmt.Errorf("%s: leasectl who --all printed %d lines (%v), want at least %d", t.auth, n, err, total)
+		}
+		if n, err := countLeases(whoJSON, env); err != nil || n < total {
+			return fmt.Errorf("%s: leasectl who --all -o json printed %d leases (%v), want at least %d", t.auth, n, err, total)
+		}
 	}
 
 	if serve {
-		fmt.Printf("export LEASECTL_DSN='%s' PGPASSFILE='%s'\n# queries: %s %s\n# Ctrl-C to stop\n", dsn, l.PassFile, allSQL, rolesSQL)
+		fmt.Printf("export LEASECTL_DSN='%s' PGPASSFILE='%s'\n# trust: LEASECTL_DSN='%s'\n# queries: %s %s\n# Ctrl-C to stop\n",
+			dsn, l.PassFile, l.SocketDSN(), allSQL, rolesSQL)
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 		<-sig
@@ -156,7 +170,7 @@ func run(sessions, perSession, runs int, keysPath string) error {
 		for _, f := range []string{allSQL, rolesSQL} {
 			sql, _ := os.ReadFile(f)
 			cmd := exec.Command(psql, "-X", "-d", dsn, "-c", "EXPLAIN (ANALYZE, COSTS OFF) "+strings.TrimSuffix(string(sql), ";\n"))
-			cmd.Env, cmd.Stdout, cmd.Stderr = append(os.Environ(), env...), os.Stdout, os.Stderr
+			cmd.Env, cmd.Stdout, cmd.Stderr = append(os.Environ(), envOf(targets[0])...), os.Stdout, os.Stderr
 			if err := cmd.Run(); err != nil {
 				return err
 			}
@@ -164,23 +178,26 @@ func run(sessions, perSession, runs int, keysPath string) error {
 	}
 	fmt.Printf("who benchmark: %d idle sessions, %d advisory locks held, %s, %d runs each, alternating\n",
 		sessions, total, l.Version, runs)
-	fmt.Printf("%-34s %10s %10s %8s %12s\n", "command", "median", "p90", "vs psql", "peak RSS")
-	for _, pair := range [][2]cmdSpec{{whoAll, psqlAll}, {whoJSON, psqlAll}, {whoRoles, psqlRoles}} {
-		a, b, err := alternate(ctx, pair[0], pair[1], env, runs)
-		if err != nil {
-			return err
+	fmt.Printf("%-14s %-34s %10s %10s %8s %12s\n", "auth", "command", "median", "p90", "vs psql", "peak RSS")
+	for _, t := range targets {
+		env := envOf(t)
+		for _, pair := range [][2]cmdSpec{{whoAll, psqlOf(t, allSQL)}, {whoJSON, psqlOf(t, allSQL)}, {whoRoles, psqlOf(t, rolesSQL)}} {
+			a, b, err := alternate(ctx, pair[0], pair[1], env, runs)
+			if err != nil {
+				return fmt.Errorf("%s: %w", t.auth, err)
+			}
+			sa, sb := benchutil.Summarize(a), benchutil.Summarize(b)
+			ra, err := pair[0].peakRSS(ctx, env)
+			if err != nil {
+				return err
+			}
+			rb, err := pair[1].peakRSS(ctx, env)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%-14s %-34s %10s %10s %7sx %12s\n", t.auth, pair[0].label(), benchutil.Ms(sa.Median), benchutil.Ms(sa.P90), benchutil.Ratio(sa.Median, sb.Median), ra)
+			fmt.Printf("%-14s %-34s %10s %10s %8s %12s\n", t.auth, pair[1].label(), benchutil.Ms(sb.Median), benchutil.Ms(sb.P90), "", rb)
 		}
-		sa, sb := benchutil.Summarize(a), benchutil.Summarize(b)
-		ra, err := pair[0].peakRSS(ctx, env)
-		if err != nil {
-			return err
-		}
-		rb, err := pair[1].peakRSS(ctx, env)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("%-34s %10s %10s %7sx %12s\n", pair[0].label(), benchutil.Ms(sa.Median), benchutil.Ms(sa.P90), benchutil.Ratio(sa.Median, sb.Median), ra)
-		fmt.Printf("%-34s %10s %10s %8s %12s\n", pair[1].label(), benchutil.Ms(sb.Median), benchutil.Ms(sb.P90), "", rb)
 	}
 	return nil
 }
