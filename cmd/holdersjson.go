@@ -38,54 +38,6 @@ type preparedJSON struct {
 	Owner      string    `json:"owner"`
 }
 
-func (s *sessionJSON) appendJSON(a *jsonAppender) {
-	a.open('{')
-	a.key("pid")
-	a.int32Ptr(s.PID)
-	a.key("prepared_xact")
-	if p := s.PreparedXact; p == nil {
-		a.null()
-	} else {
-		a.open('{')
-		a.key("gid")
-		a.str(p.GID)
-		a.key("prepared_at")
-		a.time(p.PreparedAt)
-		a.key("owner")
-		a.str(p.Owner)
-		a.close('}')
-	}
-	a.key("mode")
-	a.str(s.Mode)
-	a.key("user")
-	a.str(s.User)
-	a.key("application_name")
-	a.str(s.ApplicationName)
-	a.key("client_addr")
-	a.strPtr(s.ClientAddr)
-	a.key("client_port")
-	a.int32Ptr(s.ClientPort)
-	a.key("backend_start")
-	a.timePtr(s.BackendStart)
-	a.key("state")
-	a.strPtr(s.State)
-	a.key("state_change")
-	a.timePtr(s.StateChange)
-	a.key("idle_ms")
-	a.floatPtr(s.IdleMS)
-	a.key("wait_start")
-	a.timePtr(s.WaitStart)
-	a.key("wait_ms")
-	a.floatPtr(s.WaitMS)
-	a.key("stale")
-	a.bool(s.Stale)
-	a.key("hidden")
-	a.bool(s.Hidden)
-	a.key("gone")
-	a.bool(s.Gone)
-	a.close('}')
-}
-
 // sessionJSONOf renders s as read at now; staleAfter 0 means no staleness
 // threshold applies (stale is false).
 func sessionJSONOf(s locks.Claimant, now time.Time, staleAfter time.Duration) sessionJSON {

@@ -5,10 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"math"
-	"strconv"
 	"time"
-	"unicode/utf8"
 )
 
 // One JSON convention for every document leasectl prints with -o json
@@ -68,8 +65,8 @@ func strOrNil(s string) *string {
 type jsonObject struct {
 	w      *bufio.Writer
 	buf    bytes.Buffer
-	enc    *json.Encoder // into buf
-	app    jsonAppender
+	enc    *json.Encoder // into buf, compact
+	line   []byte
 	fields int
 	err    error
 }
@@ -81,15 +78,65 @@ func newJSONObject(w io.Writer) *jsonObject {
 	return o
 }
 
-// encode returns v indented as a value whose lines start with prefix,
-// without the newline Encode adds; valid until the next call.
-func (o *jsonObject) encode(prefix string, v any) []byte {
+// value writes v, encoded by encoding/json, indented as a value whose lines
+// start with prefix.
+func (o *jsonObject) value(prefix string, v any) {
 	o.buf.Reset()
-	o.enc.SetIndent(prefix, "  ")
 	if err := o.enc.Encode(v); err != nil && o.err == nil {
 		o.err = err
 	}
-	return bytes.TrimSuffix(o.buf.Bytes(), []byte("\n"))
+	o.line = appendIndent(o.line[:0], bytes.TrimSuffix(o.buf.Bytes(), []byte("\n")), prefix)
+	o.w.Write(o.line)
+}
+
+// appendIndent appends src, compact JSON as encoding/json writes it (no
+// blanks outside strings), indented as json.Indent(dst, src, prefix, "  ")
+// indents it (FuzzAppendIndent). A twin of json.Indent, whose scanner
+// checks the syntax again: without it who --all -o json misses its target
+// (docs/benchmarks.md).
+func appendIndent(dst, src []byte, prefix string) []byte {
+	depth := 0
+	newline := func() {
+		dst = append(dst, '\n')
+		dst = append(dst, prefix...)
+		for range depth {
+			dst = append(dst, ' ', ' ')
+		}
+	}
+	for i := 0; i < len(src); i++ {
+		switch c := src[i]; c {
+		case '"':
+			j := i + 1
+			for ; src[j] != '"'; j++ {
+				if src[j] == '\\' {
+					j++
+				}
+			}
+			dst = append(dst, src[i:j+1]...)
+			i = j
+		case '{', '[':
+			if src[i+1] == c+2 { // {} or [], which stay as they are
+				dst = append(dst, c, c+2)
+				i++
+				continue
+			}
+			dst = append(dst, c)
+			depth++
+			newline()
+		case '}', ']':
+			depth--
+			newline()
+			dst = append(dst, c)
+		case ',':
+			dst = append(dst, c)
+			newline()
+		case ':':
+			dst = append(dst, ':', ' ')
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return dst
 }
 
 // key starts the next field; name needs no escaping.
@@ -106,7 +153,7 @@ func (o *jsonObject) key(name string) {
 // Field writes one field.
 func (o *jsonObject) Field(name string, v any) {
 	o.key(name)
-	o.w.Write(o.encode("  ", v))
+	o.value("  ", v)
 }
 
 // Header writes schema_version and ok.
@@ -116,7 +163,7 @@ func (o *jsonObject) Header(h docHeader) {
 }
 
 // Array writes a field whose value is an array of n elements, element i
-// being elem(i).
+// being elem(i), each encoded as soon as it is made.
 func (o *jsonObject) Array(name string, n int, elem func(i int) any) {
 	o.key(name)
 	if n == 0 {
@@ -129,14 +176,7 @@ func (o *jsonObject) Array(name string, n int, elem func(i int) any) {
 			o.w.WriteByte(',')
 		}
 		o.w.WriteString("\n    ")
-		v := elem(i)
-		if f, ok := v.(jsonAppendable); ok {
-			o.app = jsonAppender{b: o.app.b[:0], prefix: "    "}
-			f.appendJSON(&o.app)
-			o.w.Write(o.app.b)
-			continue
-		}
-		o.w.Write(o.encode("    ", v))
+		o.value("    ", elem(i))
 		if o.err != nil {
 			return
 		}
@@ -155,173 +195,4 @@ func (o *jsonObject) Close() error {
 		return err
 	}
 	return o.err
-}
-
-// jsonAppendable is a value that appends itself as JSON, faster than
-// encoding/json's reflection and with the same bytes: who's leases, which
-// `who --all` prints by the thousand.
-type jsonAppendable interface {
-	appendJSON(a *jsonAppender)
-}
-
-// jsonAppender appends indented JSON laid out as json.MarshalIndent lays
-// it out: every field and element on a line of its own, starting with
-// prefix and two spaces a level; an empty object or array as {} or [].
-// Strings, numbers and times are written as encoding/json writes them.
-type jsonAppender struct {
-	b      []byte
-	prefix string
-	counts []int // fields or elements written in each open object or array
-}
-
-func (a *jsonAppender) newline() {
-	a.b = append(a.b, '\n')
-	a.b = append(a.b, a.prefix...)
-	for range a.counts {
-		a.b = append(a.b, ' ', ' ')
-	}
-}
-
-func (a *jsonAppender) open(c byte) {
-	a.b = append(a.b, c)
-	a.counts = append(a.counts, 0)
-}
-
-func (a *jsonAppender) close(c byte) {
-	n := a.counts[len(a.counts)-1]
-	a.counts = a.counts[:len(a.counts)-1]
-	if n > 0 {
-		a.newline()
-	}
-	a.b = append(a.b, c)
-}
-
-// item starts the next field or element of the innermost object or array.
-func (a *jsonAppender) item() {
-	if a.counts[len(a.counts)-1] > 0 {
-		a.b = append(a.b, ',')
-	}
-	a.counts[len(a.counts)-1]++
-	a.newline()
-}
-
-// key starts a field; name needs no escaping.
-func (a *jsonAppender) key(name string) {
-	a.item()
-	a.b = append(a.b, '"')
-	a.b = append(a.b, name...)
-	a.b = append(a.b, '"', ':', ' ')
-}
-
-func (a *jsonAppender) null() { a.b = append(a.b, "null"...) }
-
-func (a *jsonAppender) bool(v bool) { a.b = strconv.AppendBool(a.b, v) }
-
-func (a *jsonAppender) int(v int64) { a.b = strconv.AppendInt(a.b, v, 10) }
-
-func (a *jsonAppender) int32Ptr(v *int32) {
-	if v == nil {
-		a.null()
-		return
-	}
-	a.int(int64(*v))
-}
-
-// float writes v as encoding/json writes a float64.
-func (a *jsonAppender) float(v float64) {
-	format := byte('f')
-	if abs := math.Abs(v); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
-		format = 'e'
-	}
-	a.b = strconv.AppendFloat(a.b, v, format, -1, 64)
-	if format == 'e' {
-		// e-09 to e-9, as encoding/json does
-		if n := len(a.b); n >= 4 && a.b[n-4] == 'e' && a.b[n-3] == '-' && a.b[n-2] == '0' {
-			a.b[n-2] = a.b[n-1]
-			a.b = a.b[:n-1]
-		}
-	}
-}
-
-func (a *jsonAppender) floatPtr(v *float64) {
-	if v == nil {
-		a.null()
-		return
-	}
-	a.float(*v)
-}
-
-func (a *jsonAppender) time(t time.Time) {
-	a.b = append(a.b, '"')
-	a.b = t.AppendFormat(a.b, time.RFC3339Nano)
-	a.b = append(a.b, '"')
-}
-
-func (a *jsonAppender) timePtr(t *time.Time) {
-	if t == nil {
-		a.null()
-		return
-	}
-	a.time(*t)
-}
-
-func (a *jsonAppender) strPtr(s *string) {
-	if s == nil {
-		a.null()
-		return
-	}
-	a.str(*s)
-}
-
-// str writes s quoted and escaped as encoding/json does by default: <, >
-// and & escaped for HTML, invalid UTF-8 as \ufffd, U+2028 and U+2029
-// escaped.
-func (a *jsonAppender) str(s string) {
-	const hex = "0123456789abcdef"
-	b := append(a.b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hex[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	a.b = append(b, '"')
 }

@@ -681,19 +681,7 @@ func termCells(p term.Place, placed bool) []string {
 
 // ---- JSON ----
 
-// whoJSON is the documented schema of `leasectl who -o json`
-// (docs/json.md). writeWhoJSON writes the same bytes as writeJSON of it,
-// without building it.
-type whoJSON struct {
-	docHeader
-	Server       dbconn.ServerInfo `json:"server"`
-	Now          time.Time         `json:"now"`
-	StaleAfterMS float64           `json:"stale_after_ms"`
-	Leases       []leaseJSON       `json:"leases"`
-	Hidden       bool              `json:"hidden"`
-	RevealGrant  *string           `json:"reveal_grant"`
-}
-
+// leaseJSON is one lease of `leasectl who -o json` (docs/json.md).
 type leaseJSON struct {
 	Role    *string `json:"role"`
 	Key     string  `json:"key"`
@@ -740,20 +728,9 @@ const (
 	healthPresence = "presence"
 )
 
-// whoJSONOf is the whole document of one reading.
-func whoJSONOf(v *whoView) whoJSON {
-	out := whoJSON{docHeader: header(v.checkError() == nil), Server: v.server, Now: v.now, StaleAfterMS: msOf(v.staleAfter),
-		Leases: make([]leaseJSON, 0, len(v.leases))}
-	for i := range v.leases {
-		out.Leases = append(out.Leases, leaseJSONOf(v, i))
-	}
-	out.Hidden, out.RevealGrant = whoHidden(v)
-	return out
-}
-
-// writeWhoJSON writes the document of one reading, a lease at a time: with
-// --all that is thousands of them, never held as one document. The bytes
-// are writeJSON(whoJSONOf(v)).
+// writeWhoJSON writes the document of one reading (docs/json.md), a lease
+// at a time: with --all that is thousands of them, never held as one
+// document.
 func writeWhoJSON(w io.Writer, v *whoView) error {
 	if v.showReplicas {
 		return writeJSON(w, replicasJSONOf(v))
@@ -763,10 +740,7 @@ func writeWhoJSON(w io.Writer, v *whoView) error {
 	o.Field("server", v.server)
 	o.Field("now", v.now)
 	o.Field("stale_after_ms", msOf(v.staleAfter))
-	o.Array("leases", len(v.leases), func(i int) any {
-		lj := leaseJSONOf(v, i)
-		return &lj
-	})
+	o.Array("leases", len(v.leases), func(i int) any { return leaseJSONOf(v, i) })
 	hidden, grant := whoHidden(v)
 	o.Field("hidden", hidden)
 	o.Field("reveal_grant", grant)
@@ -824,60 +798,6 @@ func leaseJSONOf(v *whoView, i int) leaseJSON {
 	return lj
 }
 
-// appendJSON writes l as encoding/json does, a few times faster: who
-// --all prints thousands. TestWhoJSONStream holds the two equal.
-func (l *leaseJSON) appendJSON(a *jsonAppender) {
-	a.open('{')
-	a.key("role")
-	a.strPtr(l.Role)
-	a.key("key")
-	a.str(l.Key)
-	a.key("key_form")
-	a.str(l.KeyForm)
-	a.key("kind")
-	a.str(l.Kind)
-	a.key("presence_of")
-	if p := l.PresenceOf; p == nil {
-		a.null()
-	} else {
-		a.open('{')
-		a.key("role")
-		a.strPtr(p.Role)
-		a.key("key")
-		a.str(p.Key)
-		a.close('}')
-	}
-	a.key("requested")
-	a.bool(l.Requested)
-	a.key("state")
-	a.str(l.State)
-	a.key("stale")
-	a.bool(l.Stale)
-	a.key("health")
-	a.str(l.Health)
-	a.key("term")
-	l.Term.appendJSON(a)
-	a.key("waiter_count")
-	a.int(int64(l.WaiterCount))
-	for _, f := range []struct {
-		name     string
-		sessions []sessionJSON
-	}{{"holders", l.Holders}, {"waiters", l.Waiters}, {"stand_bys", l.StandBys}, {"present", l.Present}} {
-		a.key(f.name)
-		if f.sessions == nil {
-			a.null()
-			continue
-		}
-		a.open('[')
-		for i := range f.sessions {
-			a.item()
-			f.sessions[i].appendJSON(a)
-		}
-		a.close(']')
-	}
-	a.close('}')
-}
-
 // leaseTermJSON is what the term record says of a lease: where its holder
 // stands, and the key's current term (null fields when it never had one).
 type leaseTermJSON struct {
@@ -911,45 +831,4 @@ func leaseTermJSONOf(p term.Place) *leaseTermJSON {
 		j.Ended, j.EndReason = &t.Ended, &t.EndReason
 	}
 	return j
-}
-
-// appendJSON writes j (or null) as encoding/json does.
-func (j *leaseTermJSON) appendJSON(a *jsonAppender) {
-	if j == nil {
-		a.null()
-		return
-	}
-	int64Ptr := func(v *int64) {
-		if v == nil {
-			a.null()
-			return
-		}
-		a.int(*v)
-	}
-	a.open('{')
-	a.key("standing")
-	a.str(j.Standing)
-	a.key("epoch")
-	int64Ptr(j.Epoch)
-	a.key("term_id")
-	a.strPtr(j.TermID)
-	a.key("holder_pid")
-	int64Ptr(j.HolderPID)
-	a.key("holder_host")
-	a.strPtr(j.HolderHost)
-	a.key("holder_os_pid")
-	int64Ptr(j.HolderOSPID)
-	a.key("began")
-	a.timePtr(j.Began)
-	a.key("renewed")
-	a.timePtr(j.Renewed)
-	a.key("since_renewal_ms")
-	a.floatPtr(j.SinceRenewalMS)
-	a.key("deadline")
-	a.timePtr(j.Deadline)
-	a.key("ended")
-	a.timePtr(j.Ended)
-	a.key("end_reason")
-	a.strPtr(j.EndReason)
-	a.close('}')
 }

@@ -18,9 +18,22 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/locks"
 )
+
+// whoJSON is the document of `leasectl who -o json` (docs/json.md), for
+// the tests to decode what who prints.
+type whoJSON struct {
+	docHeader
+	Server       dbconn.ServerInfo `json:"server"`
+	Now          time.Time         `json:"now"`
+	StaleAfterMS float64           `json:"stale_after_ms"`
+	Leases       []leaseJSON       `json:"leases"`
+	Hidden       bool              `json:"hidden"`
+	RevealGrant  *string           `json:"reveal_grant"`
+}
 
 // whoKeys writes a keys file whose roles use keys no other test takes.
 func whoKeys(t *testing.T) string {
