@@ -39,8 +39,9 @@ type preparedJSON struct {
 }
 
 // sessionJSONOf renders s as read at now; staleAfter 0 means no staleness
-// threshold applies (stale is false).
-func sessionJSONOf(s locks.Claimant, now time.Time, staleAfter time.Duration) sessionJSON {
+// threshold applies (stale is false). The rendering points into s, which
+// it does not copy: who --all renders thousands.
+func sessionJSONOf(s *locks.Claimant, now time.Time, staleAfter time.Duration) sessionJSON {
 	j := sessionJSON{Mode: "exclusive", User: s.User, ApplicationName: s.Application,
 		Stale: staleAfter > 0 && s.Stale(now, staleAfter), Hidden: s.Hidden, Gone: s.Gone}
 	if s.Shared {
@@ -54,7 +55,7 @@ func sessionJSONOf(s locks.Claimant, now time.Time, staleAfter time.Duration) se
 	if s.ClientAddr != "" {
 		j.ClientAddr, j.ClientPort = &s.ClientAddr, &s.ClientPort
 	}
-	j.BackendStart, j.StateChange, j.WaitStart = timeOrNil(s.BackendStart), timeOrNil(s.StateChange), timeOrNil(s.WaitStart)
+	j.BackendStart, j.StateChange, j.WaitStart = nonZeroTime(&s.BackendStart), nonZeroTime(&s.StateChange), nonZeroTime(&s.WaitStart)
 	if s.State != "" {
 		j.State = &s.State
 	}
@@ -65,6 +66,14 @@ func sessionJSONOf(s locks.Claimant, now time.Time, staleAfter time.Duration) se
 		j.WaitMS = msPtr(d)
 	}
 	return j
+}
+
+// nonZeroTime is t, or nil for the zero time.
+func nonZeroTime(t *time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return t
 }
 
 func timeOrNil(t time.Time) *time.Time {
@@ -116,7 +125,7 @@ func failoverJSONOf(res *locks.Failover) failoverJSON {
 	j := failoverJSON{
 		Key:       t.Locks.Key.String(),
 		Path:      res.Path,
-		OldHolder: sessionJSONOf(t.Holder, t.Now, 0), // no staleness threshold applies
+		OldHolder: sessionJSONOf(&t.Holder, t.Now, 0), // no staleness threshold applies
 	}
 	if t.Locks.Role != "" {
 		j.Role = &t.Locks.Role
@@ -141,7 +150,7 @@ func failoverJSONOf(res *locks.Failover) failoverJSON {
 		j.OldGone, j.TerminateMS = term.Gone, &ms
 	}
 	if tk := res.Takeover; tk != nil {
-		nh := sessionJSONOf(tk.Holder, tk.Now, 0)
+		nh := sessionJSONOf(&tk.Holder, tk.Now, 0)
 		ms, clock := millis(tk.After), takeoverClock(tk)
 		j.TookOver, j.NewHolder, j.TakeoverMS, j.TakeoverClock = true, &nh, &ms, &clock
 		j.ReleasedBeforeSignal = tk.BeforeSignal

@@ -287,7 +287,7 @@ func verifyJSONOf(rep *verify.Report, staleAfter time.Duration) verifyJSON {
 			j.Role, j.Key = &role, &key
 		}
 		if r.Leader != nil {
-			l := sessionJSONOf(*r.Leader, r.Now, staleAfter)
+			l := sessionJSONOf(r.Leader, r.Now, staleAfter)
 			j.Leader = &l
 		}
 		if r.Failover != nil {

@@ -772,8 +772,8 @@ func leaseJSONOf(v *whoView, i int) leaseJSON {
 	if l.FenceOf != nil {
 		lj.Kind = kindFence
 	}
-	for _, s := range l.Present {
-		lj.Present = append(lj.Present, sessionJSONOf(s, v.now, 0))
+	for i := range l.Present {
+		lj.Present = append(lj.Present, sessionJSONOf(&l.Present[i], v.now, 0))
 	}
 	if l.PresenceOf != nil {
 		// Present for a role; a holder of nothing.
@@ -786,14 +786,14 @@ func leaseJSONOf(v *whoView, i int) leaseJSON {
 	if p, ok := v.terms.Place(*l); ok {
 		lj.Term = leaseTermJSONOf(p)
 	}
-	for _, s := range l.Holders {
-		lj.Holders = append(lj.Holders, sessionJSONOf(s, v.now, v.staleAfter))
+	for i := range l.Holders {
+		lj.Holders = append(lj.Holders, sessionJSONOf(&l.Holders[i], v.now, v.staleAfter))
 	}
-	for _, s := range l.Waiters {
-		lj.Waiters = append(lj.Waiters, sessionJSONOf(s, v.now, v.staleAfter))
+	for i := range l.Waiters {
+		lj.Waiters = append(lj.Waiters, sessionJSONOf(&l.Waiters[i], v.now, v.staleAfter))
 	}
-	for _, s := range l.StandBys {
-		lj.StandBys = append(lj.StandBys, sessionJSONOf(s, v.now, 0))
+	for i := range l.StandBys {
+		lj.StandBys = append(lj.StandBys, sessionJSONOf(&l.StandBys[i], v.now, 0))
 	}
 	return lj
 }
