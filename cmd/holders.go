@@ -69,7 +69,9 @@ func writeSessionTable(w io.Writer, st styles, color bool, cols sessionTable, ro
 		}
 		narrow[i] = cells
 	}
-	opt.Shrink = "APPLICATION"
+	// On a narrow terminal the application name gives way first, then
+	// the term: -o wide shows every column.
+	opt.Shrink, opt.Drop = "APPLICATION", []string{"APPLICATION", "TERM"}
 	return writeTable(w, cols.narrow, narrow, opt)
 }
 

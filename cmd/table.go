@@ -20,6 +20,9 @@ type tableOptions struct {
 	// ending in "…", to fit Width, down to minShrinkWidth: a name that only
 	// identifies (an application name), not a detail to read whole.
 	Shrink string
+	// Drop names the columns (by header) left out, in this order, while
+	// the table is wider than Width with Shrink cut as far as it goes.
+	Drop []string
 	// Paint styles the cells of the column of that header: it gets a
 	// cell's escaped text and returns it styled. Only the styles it adds
 	// reach the terminal as escape codes.
@@ -51,6 +54,18 @@ func writeTable(w io.Writer, header []string, rows [][]string, opt tableOptions)
 		}
 		safe = append(safe, cells)
 	}
+	for _, name := range opt.Drop {
+		col := slices.Index(header, name)
+		if opt.Width <= 0 || col < 0 || len(header) < 2 || narrowest(header, safe, opt.Shrink) <= opt.Width {
+			break
+		}
+		header = slices.Delete(header, col, col+1)
+		for i, r := range safe {
+			if col < len(r) {
+				safe[i] = slices.Delete(r, col, col+1)
+			}
+		}
+	}
 	if opt.Width > 0 && opt.Shrink != "" {
 		shrinkColumn(header, safe, slices.Index(header, opt.Shrink), opt.Width)
 	}
@@ -69,6 +84,25 @@ func writeTable(w io.Writer, header []string, rows [][]string, opt tableOptions)
 		}
 	}
 	return layoutTable(w, header, safe)
+}
+
+// narrowest is the table's width with column shrink (by header) cut to
+// minShrinkWidth.
+func narrowest(header []string, rows [][]string, shrink string) int {
+	total := 2 * (len(header) - 1)
+	for c, h := range header {
+		w := cellWidth(h)
+		for _, r := range rows {
+			if c < len(r) {
+				w = max(w, cellWidth(r[c]))
+			}
+		}
+		if h == shrink {
+			w = min(w, max(minShrinkWidth, cellWidth(h)))
+		}
+		total += w
+	}
+	return total
 }
 
 // shrinkColumn cuts the cells of column col that make the table wider

@@ -450,3 +450,37 @@ func TestOutputFitsTheWidth(t *testing.T) {
 		t.Errorf("wrapping changed the words of the probe's output:\n%s\n---\n%s", wrapped.Stdout, piped.Stdout)
 	}
 }
+
+// TestNarrowTerminalDropsColumns: at 60 columns, with a waiter, who's
+// table fits by leaving out the application name (no header or cell is
+// broken mid-word); at 100 columns it keeps it.
+func TestNarrowTerminalDropsColumns(t *testing.T) {
+	withoutTermRecord(t)
+	const key = 1840900031
+	keysPath := writeFile(t, "keys.yaml", fmt.Sprintf("roles:\n  poller: %d\n  scheduler: 1840900032\n", key))
+	hold(t, pgtest.Conn(t, needLab(t).DirectDSN(), "leasectl run poller@vm1"), key)
+	queue(t, "leasectl run poller@vm2", key)
+	global := []string{"--dsn", needLab(t).DirectDSN(), "--keys", keysPath, "who"}
+	var res cliResult
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		res = runSized(t, nil, false, 60, "", global...)
+		if _, ok := findRow(res.Stdout, "poller", "waiting"); ok || time.Now().After(deadline) {
+			break
+		}
+	}
+	if res.Code != ExitOK {
+		t.Fatalf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
+	}
+	linesWithin(t, "who at 60 columns", res.Stdout, 60)
+	if h := tableHeader(t, res.Stdout); !slices.Equal(h, []string{"ROLE", "STATE", "PID", "LAST ACTIVITY"}) {
+		t.Errorf("columns at 60: %q\n%s", h, res.Stdout)
+	}
+	if !regexp.MustCompile(`(?m)^poller +waiting +\d+ +waiting \d+s$`).MatchString(res.Stdout) {
+		t.Errorf("no one-line row of the waiter at 60 columns:\n%s", res.Stdout)
+	}
+	wide := runSized(t, nil, false, 100, "", global...)
+	if h := tableHeader(t, wide.Stdout); !slices.Contains(h, "APPLICATION") {
+		t.Errorf("columns at 100: %q\n%s", h, wide.Stdout)
+	}
+	linesWithin(t, "who at 100 columns", wide.Stdout, 100)
+}
