@@ -73,9 +73,15 @@ func run(sessions, perSession, runs int, keysPath string) error {
 	if err != nil {
 		return fmt.Errorf("%w (run from the repository root, or pass -keys)", err)
 	}
-	psql, err := exec.LookPath("psql")
+	// The psql binary, not Debian's pg_wrapper script on PATH, whose Perl
+	// start-up would flatter every ratio.
+	bins, err := lab.FindBinaries()
 	if err != nil {
-		return fmt.Errorf("psql is the baseline and is not on PATH (Debian: apt-get install postgresql-client): %w", err)
+		return err
+	}
+	psql := filepath.Join(filepath.Dir(bins.Postgres), "psql")
+	if _, err := os.Stat(psql); err != nil {
+		return fmt.Errorf("psql is the baseline and is not next to %s (Debian: apt-get install postgresql-client): %w", bins.Postgres, err)
 	}
 	work, err := os.MkdirTemp("", "leasectl-bench-who-")
 	if err != nil {
