@@ -531,16 +531,18 @@ func (l *Lab) writeServerConf(s *Server) error {
 	for k, v := range l.Settings {
 		fmt.Fprintf(&b, "%s = %s\n", k, v)
 	}
-	if err := appendFile(filepath.Join(s.DataDir, "postgresql.conf"), b.String()); err != nil {
+	if err := AppendFile(filepath.Join(s.DataDir, "postgresql.conf"), b.String()); err != nil {
 		return err
 	}
 	if len(l.HBA) == 0 {
 		return nil
 	}
-	return appendFile(filepath.Join(s.DataDir, "pg_hba.conf"), "\n# leasectl lab\n"+strings.Join(l.HBA, "\n")+"\n")
+	return AppendFile(filepath.Join(s.DataDir, "pg_hba.conf"), "\n# leasectl lab\n"+strings.Join(l.HBA, "\n")+"\n")
 }
 
-func appendFile(path, text string) error {
+// AppendFile appends text to the file at path, which must exist (a
+// configuration file the lab or a front door wrote).
+func AppendFile(path, text string) error {
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)

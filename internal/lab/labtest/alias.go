@@ -18,6 +18,6 @@ func AddPoolerAlias(l *lab.Lab, name, alias, dbname string) error {
 		return fmt.Errorf("pooler alias %q for %q: use 1 to 40 letters, digits, '_', '.' or '-', starting with a letter or digit", alias, dbname)
 	}
 	return l.ReloadPooler(name, func(p *lab.Pooler) error {
-		return appendFile(p.ConfigFile, fmt.Sprintf("\n[databases]\n%s = host=127.0.0.1 port=%d dbname=%s\n", alias, l.PoolerTarget(), dbname))
+		return lab.AppendFile(p.ConfigFile, fmt.Sprintf("\n[databases]\n%s = host=127.0.0.1 port=%d dbname=%s\n", alias, l.PoolerTarget(), dbname))
 	})
 }

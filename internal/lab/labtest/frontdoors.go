@@ -239,7 +239,7 @@ func (d *FrontDoors) AddLogin(role, password string) error {
 	if d.PgPool == nil {
 		return nil
 	}
-	if err := appendFile(filepath.Join(filepath.Dir(d.PgPool.ConfigFile), "pool_passwd"), poolPasswdLine(role, password)); err != nil {
+	if err := lab.AppendFile(filepath.Join(filepath.Dir(d.PgPool.ConfigFile), "pool_passwd"), poolPasswdLine(role, password)); err != nil {
 		return err
 	}
 	pid := PgPoolPID(d.PgPool)
@@ -263,18 +263,6 @@ func (d *FrontDoors) AddLogin(role, password string) error {
 func readFile(path string) string {
 	data, _ := os.ReadFile(path)
 	return string(data)
-}
-
-func appendFile(path, text string) error {
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := f.WriteString(text); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return f.Close()
 }
 
 // PgPoolSpec asks for pgpool-II in front of the primary and the standby,
