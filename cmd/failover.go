@@ -282,7 +282,7 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 
 // whoArg names the lease as `leasectl who` takes it: its role, else its
 // key (after "--" when negative).
-func whoArg(l locks.RoleLocks) string {
+func whoArg(l locks.Lease) string {
 	switch {
 	case l.Role != "":
 		return l.Role
@@ -319,7 +319,7 @@ func upperFirst(s string) string {
 	return strings.ToUpper(s[:1]) + s[1:]
 }
 
-func sessionAge(s locks.Claimant, now time.Time) string {
+func sessionAge(s locks.Session, now time.Time) string {
 	if s.BackendStart.IsZero() {
 		return "since a time hidden from this role"
 	}

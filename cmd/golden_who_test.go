@@ -23,8 +23,8 @@ func goldenServer() dbconn.ServerInfo {
 }
 
 // goldenSession is a session connected ago, idle (or waiting) for idle.
-func goldenSession(pid int32, app, client string, port int32, ago, idle time.Duration, granted bool) locks.Claimant {
-	s := locks.Claimant{PID: pid, Granted: granted, User: "app", Application: app, ClientAddr: client, ClientPort: port,
+func goldenSession(pid int32, app, client string, port int32, ago, idle time.Duration, granted bool) locks.Session {
+	s := locks.Session{PID: pid, Granted: granted, User: "app", Application: app, ClientAddr: client, ClientPort: port,
 		BackendStart: goldenNow.Add(-ago), State: "idle", StateChange: goldenNow.Add(-idle)}
 	if !granted {
 		s.State, s.WaitStart = "active", goldenNow.Add(-idle)
@@ -35,7 +35,7 @@ func goldenSession(pid int32, app, client string, port int32, ago, idle time.Dur
 // goldenSingleRoleLeases is a reading of single-role runs: a leader with a
 // queued stand-by, a stale holder, a free role, a shared two-int4 lock, a
 // prepared transaction and a session hidden from this role.
-func goldenSingleRoleLeases() []locks.RoleLocks {
+func goldenSingleRoleLeases() []locks.Lease {
 	leader := goldenSession(6330, "leasectl run poller@vm1", "10.0.4.17", 54646, 3*time.Hour+12*time.Minute, 2*time.Second, true)
 	waiter := goldenSession(6343, "leasectl run poller@vm2", "10.0.4.18", 54656, 3*time.Hour+12*time.Minute, 3*time.Hour+11*time.Minute, false)
 	stale := goldenSession(6344, "scheduler-0a4d", "10.0.2.9", 54672, 52*time.Hour, 63*time.Minute, true)
@@ -43,19 +43,19 @@ func goldenSingleRoleLeases() []locks.RoleLocks {
 	sharedA.Shared = true
 	sharedB := goldenSession(6401, "batch-b", "10.0.2.10", 40000, time.Minute, time.Second, true)
 	sharedB.Shared = true
-	hidden := locks.Claimant{PID: 6500, Granted: true, User: "other", Application: "sweeper-x", Hidden: true}
-	prepared := locks.Claimant{Granted: true, User: "app", Prepared: &locks.PreparedXact{GID: "tx-42", PreparedAt: goldenNow.Add(-10 * time.Minute), Owner: "app"}}
-	return []locks.RoleLocks{
-		{Role: "poller", Requested: true, KeyLocks: locks.KeyLocks{Key: locks.BigintKey(1840000001), Holders: []locks.Claimant{leader}, Waiters: []locks.Claimant{waiter}}},
-		{Role: "scheduler", Requested: true, KeyLocks: locks.KeyLocks{Key: locks.BigintKey(1840000002), Holders: []locks.Claimant{stale}}},
+	hidden := locks.Session{PID: 6500, Granted: true, User: "other", Application: "sweeper-x", Hidden: true}
+	prepared := locks.Session{Granted: true, User: "app", Prepared: &locks.PreparedXact{GID: "tx-42", PreparedAt: goldenNow.Add(-10 * time.Minute), Owner: "app"}}
+	return []locks.Lease{
+		{Role: "poller", Requested: true, KeyLocks: locks.KeyLocks{Key: locks.BigintKey(1840000001), Holders: []locks.Session{leader}, Waiters: []locks.Session{waiter}}},
+		{Role: "scheduler", Requested: true, KeyLocks: locks.KeyLocks{Key: locks.BigintKey(1840000002), Holders: []locks.Session{stale}}},
 		{Role: "reconciler", Requested: true, KeyLocks: locks.KeyLocks{Key: locks.BigintKey(1840000003)}},
-		{Role: "sweeper", Requested: true, KeyLocks: locks.KeyLocks{Key: locks.BigintKey(1840000004), Holders: []locks.Claimant{hidden}}},
-		{KeyLocks: locks.KeyLocks{Key: locks.BigintKey(1840100555), Holders: []locks.Claimant{prepared}}},
-		{KeyLocks: locks.KeyLocks{Key: locks.PairOf(3, 4), Holders: []locks.Claimant{sharedA, sharedB}}},
+		{Role: "sweeper", Requested: true, KeyLocks: locks.KeyLocks{Key: locks.BigintKey(1840000004), Holders: []locks.Session{hidden}}},
+		{KeyLocks: locks.KeyLocks{Key: locks.BigintKey(1840100555), Holders: []locks.Session{prepared}}},
+		{KeyLocks: locks.KeyLocks{Key: locks.PairOf(3, 4), Holders: []locks.Session{sharedA, sharedB}}},
 	}
 }
 
-func goldenWhoView(leases []locks.RoleLocks) *whoView {
+func goldenWhoView(leases []locks.Lease) *whoView {
 	return &whoView{server: goldenServer(), addr: "127.0.0.1:5432", now: goldenNow, leases: leases, all: true, staleAfter: 45 * time.Second}
 }
 
@@ -129,14 +129,14 @@ func goldenGroupSnapshot() (*locks.Snapshot, map[int64]string) {
 	aFence := goldenSession(8844, "leasectl run app@vm1", "10.0.4.17", 34206, 3*time.Hour, 3*time.Hour, true)
 	bFence := goldenSession(8942, "leasectl run app@vm2", "10.0.4.18", 34238, 2*time.Hour, 2*time.Hour, true)
 	queued := goldenSession(9000, "leasectl run poller@vm3", "10.0.4.19", 40000, time.Hour, time.Hour, false)
-	shared := func(c locks.Claimant) locks.Claimant { c.Shared = true; return c }
+	shared := func(c locks.Session) locks.Session { c.Shared = true; return c }
 	snap := &locks.Snapshot{Now: goldenNow, Keys: []locks.KeyLocks{
-		{Key: poller, Holders: []locks.Claimant{a}, Waiters: []locks.Claimant{queued}},
-		{Key: scheduler, Holders: []locks.Claimant{b}},
-		{Key: poller.Fence(), Holders: []locks.Claimant{aFence}},
-		{Key: scheduler.Fence(), Holders: []locks.Claimant{bFence}},
-		{Key: poller.Presence(), Holders: []locks.Claimant{shared(a), shared(b)}},
-		{Key: scheduler.Presence(), Holders: []locks.Claimant{shared(a), shared(b)}},
+		{Key: poller, Holders: []locks.Session{a}, Waiters: []locks.Session{queued}},
+		{Key: scheduler, Holders: []locks.Session{b}},
+		{Key: poller.Fence(), Holders: []locks.Session{aFence}},
+		{Key: scheduler.Fence(), Holders: []locks.Session{bFence}},
+		{Key: poller.Presence(), Holders: []locks.Session{shared(a), shared(b)}},
+		{Key: scheduler.Presence(), Holders: []locks.Session{shared(a), shared(b)}},
 	}}
 	return snap, roles
 }

@@ -113,7 +113,7 @@ func statePainter(st styles) func(string) string {
 
 // waitingSuffix counts the sessions that wait for l's key: those queued
 // for it, and a group's stand-bys, which poll for it.
-func waitingSuffix(l locks.RoleLocks) string {
+func waitingSuffix(l locks.Lease) string {
 	if n := l.WaiterCount(); n > 0 {
 		return fmt.Sprintf(", %d waiting", n)
 	}
@@ -127,7 +127,7 @@ const standingBy = "standing by"
 
 // leadersOf says which keys each backend holds in exclusive mode, by pid,
 // among leases.
-func leadersOf(leases []locks.RoleLocks) map[int32]map[locks.Key]bool {
+func leadersOf(leases []locks.Lease) map[int32]map[locks.Key]bool {
 	out := map[int32]map[locks.Key]bool{}
 	for _, l := range leases {
 		for _, h := range l.Holders {
@@ -143,7 +143,7 @@ func leadersOf(leases []locks.RoleLocks) map[int32]map[locks.Key]bool {
 	return out
 }
 
-func sessionRow(role, key, state string, s locks.Claimant, now time.Time) []string {
+func sessionRow(role, key, state string, s locks.Session, now time.Time) []string {
 	pid, client, connected, last := strconv.Itoa(int(s.PID)), "", "", ""
 	app := s.Application
 	switch {
@@ -173,7 +173,7 @@ func sessionRow(role, key, state string, s locks.Claimant, now time.Time) []stri
 	return []string{role, key, state, pid, s.User, app, client, connected, orDash(last)}
 }
 
-func clientAddr(s locks.Claimant) string {
+func clientAddr(s locks.Session) string {
 	if s.ClientAddr == "" {
 		return "local socket"
 	}

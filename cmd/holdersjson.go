@@ -41,7 +41,7 @@ type preparedJSON struct {
 // sessionJSONOf renders s as read at now; staleAfter 0 means no staleness
 // threshold applies (stale is false). The rendering points into s, which
 // it does not copy: who --all renders thousands.
-func sessionJSONOf(s *locks.Claimant, now time.Time, staleAfter time.Duration) sessionJSON {
+func sessionJSONOf(s *locks.Session, now time.Time, staleAfter time.Duration) sessionJSON {
 	j := sessionJSON{Mode: "exclusive", User: s.User, ApplicationName: s.Application,
 		Stale: staleAfter > 0 && s.Stale(now, staleAfter), Hidden: s.Hidden, Gone: s.Gone}
 	if s.Shared {

@@ -272,7 +272,7 @@ type whoView struct {
 	server     dbconn.ServerInfo
 	addr       string // where we connected, for the header when the server does not say (unix socket)
 	now        time.Time
-	leases     []locks.RoleLocks
+	leases     []locks.Lease
 	all        bool
 	staleAfter time.Duration
 	// terms are the leases' current terms; nil when the database has no
@@ -315,7 +315,7 @@ func readWho(ctx context.Context, opts *whoOptions, conn *pgx.Conn, sel whoSelec
 }
 
 // checkError is the --check verdict: every requested lease needs exactly
-// one live leader ([locks.RoleLocks.Health], as verify's one_leader) and,
+// one live leader ([locks.Lease.Health], as verify's one_leader) and,
 // with the term record, one that leads a term it renews
 // ([term.Record.Health]).
 func (v *whoView) checkError() error {
@@ -352,7 +352,7 @@ func (v *whoView) checkError() error {
 	return &CheckFailedError{Message: "who --check: " + strings.Join(bad, "; ")}
 }
 
-func holderName(s locks.Claimant) string {
+func holderName(s locks.Session) string {
 	if s.Prepared != nil {
 		return fmt.Sprintf("prepared transaction %q", s.Prepared.GID)
 	}

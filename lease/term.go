@@ -278,7 +278,7 @@ func (r *runner) evictStale(ctx context.Context, s *sessions) {
 	}
 	type target struct {
 		key locks.Key
-		c   locks.Claimant
+		c   locks.Session
 	}
 	var why string
 	targets := []target{{r.key, holder}}

@@ -20,7 +20,7 @@ import (
 
 // Name is how messages name the lease: its role, else "key K"; a presence
 // lock's line, "presence of ROLE".
-func (l RoleLocks) Name() string {
+func (l Lease) Name() string {
 	switch {
 	case l.PresenceOf != nil:
 		return "presence of " + l.PresenceOf.Name()
@@ -32,7 +32,7 @@ func (l RoleLocks) Name() string {
 
 // Describe names a session in one line, "pid 6330 (poller-a,
 // 10.0.4.17:54646)", leaving out what the server withheld.
-func (s Claimant) Describe() string {
+func (s Session) Describe() string {
 	if s.Prepared != nil {
 		return fmt.Sprintf("prepared transaction %q", s.Prepared.GID)
 	}
@@ -63,9 +63,9 @@ type Target struct {
 	// that server connection, not the worker's own client connection.
 	ViaProxy bool
 	// Locks are the key, its role and its holders and waiters.
-	Locks RoleLocks
+	Locks Lease
 	// Holder is the session to terminate.
-	Holder Claimant
+	Holder Session
 	// Now is the server's clock at the lookup, for the holder's ages.
 	Now time.Time
 	// Group is set when the holder is the lease session of a group run
@@ -129,7 +129,7 @@ func (t *Target) OtherLeads() []RoleRef {
 // ([ErrNotALease] for shared holders and prepared transactions), and that
 // backend must not be the one answering (through a transaction pooler it
 // can be: [ErrOwnSession]).
-func NewTarget(server dbconn.ServerInfo, lease RoleLocks, now time.Time) (*Target, error) {
+func NewTarget(server dbconn.ServerInfo, lease Lease, now time.Time) (*Target, error) {
 	name := lease.Name()
 	h, held := lease.Holder()
 	switch {

@@ -13,14 +13,14 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// Claimant is one holder or waiter of an advisory key: the pg_locks row
+// Session is one holder or waiter of an advisory key: the pg_locks row
 // joined with the pg_stat_activity row of its backend, or with the
 // pg_prepared_xacts row when a prepared transaction holds the lock.
 //
 // Zero times and empty strings mean the server gave no value; whether that is
 // because the value is empty or because it is hidden from this role is told
 // by Hidden and Gone, never guessed from the empty value.
-type Claimant struct {
+type Session struct {
 	// PID is the server process id. It is 0 (pg_locks.pid is NULL) when a
 	// prepared transaction holds or awaits the lock; Prepared then says which.
 	PID int32
@@ -80,7 +80,7 @@ type PreparedXact struct {
 // starts with "idle", the time since its last state change; for a prepared
 // transaction, the time since it was prepared. ok is false when the server
 // did not say (hidden, gone) or the session is not idle.
-func (s Claimant) Idle(now time.Time) (d time.Duration, ok bool) {
+func (s Session) Idle(now time.Time) (d time.Duration, ok bool) {
 	switch {
 	case s.Prepared != nil && !s.Prepared.PreparedAt.IsZero():
 		return max(now.Sub(s.Prepared.PreparedAt), 0), true
@@ -95,14 +95,14 @@ func (s Claimant) Idle(now time.Time) (d time.Duration, ok bool) {
 // few heartbeat periods is hung, or the lock is stranded on a pooled server
 // connection whose client left (or held by a forgotten prepared
 // transaction). A session whose state is hidden is never called stale.
-func (s Claimant) Stale(now time.Time, after time.Duration) bool {
+func (s Session) Stale(now time.Time, after time.Duration) bool {
 	d, ok := s.Idle(now)
 	return ok && d > after
 }
 
 // Waited reports how long waiter s has waited at now; ok is false when the
 // server does not say (holders, PostgreSQL before 14).
-func (s Claimant) Waited(now time.Time) (d time.Duration, ok bool) {
+func (s Session) Waited(now time.Time) (d time.Duration, ok bool) {
 	if s.Granted || s.WaitStart.IsZero() {
 		return 0, false
 	}
@@ -115,10 +115,10 @@ type KeyLocks struct {
 	// Holders hold the key: one session for an exclusive lock, possibly
 	// several for shared locks. A session that took the key several times
 	// appears once (pg_locks shows stacked holds as one row).
-	Holders []Claimant
+	Holders []Session
 	// Waiters are blocked in pg_advisory_lock for the key, longest waiting
 	// first where the server says.
-	Waiters []Claimant
+	Waiters []Session
 }
 
 // Held reports whether anyone holds the key.
@@ -144,9 +144,9 @@ func (l KeyLocks) State() KeyState {
 // Holder returns the holder of the key (the first one, for shared locks),
 // and false when the key is free. Forced failover uses its PID and
 // BackendStart to terminate exactly that backend.
-func (l KeyLocks) Holder() (Claimant, bool) {
+func (l KeyLocks) Holder() (Session, bool) {
 	if len(l.Holders) == 0 {
-		return Claimant{}, false
+		return Session{}, false
 	}
 	return l.Holders[0], true
 }
@@ -287,7 +287,7 @@ func Read(ctx context.Context, q Querier, f Filter) (*Snapshot, error) {
 		if !key.Valid {
 			continue // the lone row of the outer join: no lock matched
 		}
-		s := Claimant{
+		s := Session{
 			PID:          pid.Int32,
 			Granted:      granted.Bool,
 			Shared:       mode.String == "ShareLock",
@@ -327,9 +327,9 @@ func Read(ctx context.Context, q Querier, f Filter) (*Snapshot, error) {
 	return snap, nil
 }
 
-// RoleLocks is one line of `leasectl who`: a key, the role it belongs to, and
+// Lease is one line of `leasectl who`: a key, the role it belongs to, and
 // who holds and awaits it.
-type RoleLocks struct {
+type Lease struct {
 	// Role is the role name of the key in the role map; empty for a key
 	// that no role uses (and for every two-int4 key).
 	Role string
@@ -342,12 +342,12 @@ type RoleLocks struct {
 	// (run --procfile) that serve the role, its leader among them when a
 	// group leads it. Empty for single-role runs, which hold no presence
 	// lock, and for a key in the two-int4 form.
-	Present []Claimant
+	Present []Session
 	// StandBys are the group stand-bys: the Present sessions that neither
 	// hold the key nor queue for it. A group's stand-bys poll for the key
 	// (pg_try_advisory_lock) instead of queueing in pg_locks, so they are
 	// not among Waiters; they wait for the role all the same.
-	StandBys []Claimant
+	StandBys []Session
 	// PresenceOf is set on a line that is itself a presence lock (who
 	// --all): the role whose presence lock it is. Its Holders, the lock's,
 	// are then also its Present sessions: the replicas present for that
@@ -361,15 +361,15 @@ type RoleLocks struct {
 
 // WaiterCount is how many sessions wait for the key: those queued in
 // pg_locks (Waiters) and a group's stand-bys (StandBys).
-func (l RoleLocks) WaiterCount() int { return len(l.Waiters) + len(l.StandBys) }
+func (l Lease) WaiterCount() int { return len(l.Waiters) + len(l.StandBys) }
 
 // LedByGroup reports whether the key's holder is the lease session of a
 // group run: it holds the key's presence lock too. Ending that session
 // (pg_terminate_backend) moves every role the group leads, not this one
 // alone.
-func (l RoleLocks) LedByGroup() bool {
+func (l Lease) LedByGroup() bool {
 	h, ok := l.Holder()
-	return ok && h.Prepared == nil && slices.ContainsFunc(l.Present, func(p Claimant) bool { return p.PID == h.PID })
+	return ok && h.Prepared == nil && slices.ContainsFunc(l.Present, func(p Session) bool { return p.PID == h.PID })
 }
 
 // Health is the verdict on one lease: whether exactly one live leader
@@ -415,7 +415,7 @@ func (h Health) String() string {
 
 // Stale reports whether the lease is held and every holder has been idle
 // longer than after: nobody alive is leading.
-func (l RoleLocks) Stale(now time.Time, after time.Duration) bool {
+func (l Lease) Stale(now time.Time, after time.Duration) bool {
 	if !l.Held() {
 		return false
 	}
@@ -430,7 +430,7 @@ func (l RoleLocks) Stale(now time.Time, after time.Duration) bool {
 // Health says whether the lease has exactly one live leader at now. A
 // prepared transaction among the holders wins over shared mode: it is what
 // must be resolved (ROLLBACK PREPARED) before anyone can lead.
-func (l RoleLocks) Health(now time.Time, staleAfter time.Duration) Health {
+func (l Lease) Health(now time.Time, staleAfter time.Duration) Health {
 	if !l.Held() {
 		return NoHolder
 	}
@@ -451,7 +451,7 @@ func (l RoleLocks) Health(now time.Time, staleAfter time.Duration) Health {
 }
 
 // SharedDetail describes a lease held in shared mode (SharedHolders).
-func (l RoleLocks) SharedDetail() string {
+func (l Lease) SharedDetail() string {
 	pids := make([]string, 0, len(l.Holders))
 	for _, h := range l.Holders {
 		pids = append(pids, strconv.Itoa(int(h.PID)))
@@ -465,7 +465,7 @@ func (l RoleLocks) SharedDetail() string {
 
 // PreparedDetail describes a lease held by a prepared transaction
 // (PreparedHolder).
-func (l RoleLocks) PreparedDetail() string {
+func (l Lease) PreparedDetail() string {
 	for _, h := range l.Holders {
 		if h.Prepared != nil {
 			return fmt.Sprintf("held by prepared transaction %q, not by a worker (ROLLBACK PREPARED releases it)", h.Prepared.GID)
@@ -485,19 +485,19 @@ func (l RoleLocks) PreparedDetail() string {
 // ([Filter.Presence], or [Filter.All]). With others, a presence lock
 // ([Snapshot.PresenceRole]) is a line of its own, marked PresenceOf, unless
 // it is the presence lock of a role that is not shown.
-func (s *Snapshot) ByRole(roles map[int64]string, want []Key, others bool) []RoleLocks {
+func (s *Snapshot) ByRole(roles map[int64]string, want []Key, others bool) []Lease {
 	names := make(map[Key]string, len(roles))
 	for k, name := range roles {
 		names[BigintKey(k)] = name
 	}
-	out := make([]RoleLocks, 0, len(want))
+	out := make([]Lease, 0, len(want))
 	seen := make(map[Key]bool, len(want))
 	for _, k := range want {
 		if seen[k] {
 			continue
 		}
 		seen[k] = true
-		out = append(out, s.present(RoleLocks{Role: names[k], Requested: true, KeyLocks: s.Find(k)}))
+		out = append(out, s.present(Lease{Role: names[k], Requested: true, KeyLocks: s.Find(k)}))
 	}
 	if others {
 		for _, l := range s.Keys {
@@ -508,16 +508,16 @@ func (s *Snapshot) ByRole(roles map[int64]string, want []Key, others bool) []Rol
 				if _, known := names[rk]; known && !seen[rk] {
 					continue // the presence of a role not shown, as its key is not
 				}
-				out = append(out, RoleLocks{KeyLocks: l, Present: l.Holders, PresenceOf: &RoleRef{Key: rk, Role: names[rk]}})
+				out = append(out, Lease{KeyLocks: l, Present: l.Holders, PresenceOf: &RoleRef{Key: rk, Role: names[rk]}})
 				continue
 			}
 			if l.Key.Form == Pair {
 				if name, ok := names[BigintKey(l.Key.ID)]; ok {
-					out = append(out, RoleLocks{KeyLocks: l, FenceOf: &RoleRef{Key: BigintKey(l.Key.ID), Role: name}})
+					out = append(out, Lease{KeyLocks: l, FenceOf: &RoleRef{Key: BigintKey(l.Key.ID), Role: name}})
 					continue
 				}
 			}
-			out = append(out, s.present(RoleLocks{KeyLocks: l}))
+			out = append(out, s.present(Lease{KeyLocks: l}))
 		}
 	}
 	return out
@@ -525,7 +525,7 @@ func (s *Snapshot) ByRole(roles map[int64]string, want []Key, others bool) []Rol
 
 // present fills in l's Present and StandBys from the presence lock of its
 // key.
-func (s *Snapshot) present(l RoleLocks) RoleLocks {
+func (s *Snapshot) present(l Lease) Lease {
 	if l.Key.Form != Bigint {
 		return l
 	}
@@ -535,7 +535,7 @@ func (s *Snapshot) present(l RoleLocks) RoleLocks {
 	}
 	l.Present = p.Holders
 	for _, h := range p.Holders {
-		claims := func(c Claimant) bool { return c.PID == h.PID }
+		claims := func(c Session) bool { return c.PID == h.PID }
 		if !slices.ContainsFunc(l.Holders, claims) && !slices.ContainsFunc(l.Waiters, claims) {
 			l.StandBys = append(l.StandBys, h)
 		}
@@ -545,7 +545,7 @@ func (s *Snapshot) present(l RoleLocks) RoleLocks {
 
 // AnyHidden reports whether the server withheld some session's details
 // from this role.
-func AnyHidden(leases []RoleLocks) bool {
+func AnyHidden(leases []Lease) bool {
 	for _, l := range leases {
 		for _, s := range slices.Concat(l.Holders, l.Waiters, l.Present) {
 			if s.Hidden {
@@ -557,7 +557,7 @@ func AnyHidden(leases []RoleLocks) bool {
 }
 
 // RevealGrant is the statement that lets role see other roles' sessions,
-// whose details the server withholds otherwise (see Claimant.Hidden).
+// whose details the server withholds otherwise (see Session.Hidden).
 func RevealGrant(role string) string { return grantTo("pg_read_all_stats", role) }
 
 // grantTo is the statement that grants the predefined role privilege to

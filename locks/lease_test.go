@@ -47,16 +47,16 @@ func TestStaleness(t *testing.T) {
 	const after = 45 * time.Second
 	for _, tc := range []struct {
 		name  string
-		s     Claimant
+		s     Session
 		stale bool
 	}{
-		{"idle past the threshold", Claimant{PID: 1, State: "idle", StateChange: ago(time.Minute)}, true},
-		{"idle within the threshold", Claimant{PID: 1, State: "idle", StateChange: ago(10 * time.Second)}, false},
-		{"idle in transaction past it", Claimant{PID: 1, State: "idle in transaction", StateChange: ago(time.Hour)}, true},
-		{"active for long is working, not hung", Claimant{PID: 1, State: "active", StateChange: ago(time.Hour)}, false},
-		{"hidden state is unknown, not stale", Claimant{PID: 1, Hidden: true}, false},
-		{"old prepared transaction", Claimant{Prepared: &PreparedXact{GID: "x", PreparedAt: ago(time.Hour)}}, true},
-		{"fresh prepared transaction", Claimant{Prepared: &PreparedXact{GID: "x", PreparedAt: ago(time.Second)}}, false},
+		{"idle past the threshold", Session{PID: 1, State: "idle", StateChange: ago(time.Minute)}, true},
+		{"idle within the threshold", Session{PID: 1, State: "idle", StateChange: ago(10 * time.Second)}, false},
+		{"idle in transaction past it", Session{PID: 1, State: "idle in transaction", StateChange: ago(time.Hour)}, true},
+		{"active for long is working, not hung", Session{PID: 1, State: "active", StateChange: ago(time.Hour)}, false},
+		{"hidden state is unknown, not stale", Session{PID: 1, Hidden: true}, false},
+		{"old prepared transaction", Session{Prepared: &PreparedXact{GID: "x", PreparedAt: ago(time.Hour)}}, true},
+		{"fresh prepared transaction", Session{Prepared: &PreparedXact{GID: "x", PreparedAt: ago(time.Second)}}, false},
 	} {
 		if got := tc.s.Stale(now, after); got != tc.stale {
 			t.Errorf("%s: stale = %v, want %v", tc.name, got, tc.stale)
@@ -66,23 +66,23 @@ func TestStaleness(t *testing.T) {
 
 func TestLeaseHealth(t *testing.T) {
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	fresh := Claimant{PID: 1, Granted: true, State: "idle", StateChange: now.Add(-time.Second)}
-	stale := Claimant{PID: 2, Granted: true, State: "idle", StateChange: now.Add(-time.Hour)}
-	shared := func(s Claimant) Claimant { s.Shared = true; return s }
+	fresh := Session{PID: 1, Granted: true, State: "idle", StateChange: now.Add(-time.Second)}
+	stale := Session{PID: 2, Granted: true, State: "idle", StateChange: now.Add(-time.Hour)}
+	shared := func(s Session) Session { s.Shared = true; return s }
 	for _, tc := range []struct {
 		name    string
-		holders []Claimant
+		holders []Session
 		want    Health
 	}{
 		{"free", nil, NoHolder},
-		{"fresh holder", []Claimant{fresh}, Healthy},
-		{"stale holder", []Claimant{stale}, StaleHolder},
-		{"shared holders, one of them live, are no leader", []Claimant{shared(stale), shared(fresh)}, SharedHolders},
-		{"one shared holder is no leader", []Claimant{shared(fresh)}, SharedHolders},
-		{"a prepared transaction is no leader", []Claimant{{Granted: true, Prepared: &PreparedXact{GID: "x", PreparedAt: now}}}, PreparedHolder},
-		{"hidden holder passes", []Claimant{{PID: 3, Granted: true, Hidden: true}}, Healthy},
+		{"fresh holder", []Session{fresh}, Healthy},
+		{"stale holder", []Session{stale}, StaleHolder},
+		{"shared holders, one of them live, are no leader", []Session{shared(stale), shared(fresh)}, SharedHolders},
+		{"one shared holder is no leader", []Session{shared(fresh)}, SharedHolders},
+		{"a prepared transaction is no leader", []Session{{Granted: true, Prepared: &PreparedXact{GID: "x", PreparedAt: now}}}, PreparedHolder},
+		{"hidden holder passes", []Session{{PID: 3, Granted: true, Hidden: true}}, Healthy},
 	} {
-		l := RoleLocks{KeyLocks: KeyLocks{Key: BigintKey(1), Holders: tc.holders}}
+		l := Lease{KeyLocks: KeyLocks{Key: BigintKey(1), Holders: tc.holders}}
 		if got := l.Health(now, 45*time.Second); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
@@ -91,7 +91,7 @@ func TestLeaseHealth(t *testing.T) {
 
 func TestLeasesLayout(t *testing.T) {
 	roles := map[int64]string{10: "poller", 20: "scheduler", 30: "reconciler"}
-	held := func(k Key) KeyLocks { return KeyLocks{Key: k, Holders: []Claimant{{PID: 1, Granted: true}}} }
+	held := func(k Key) KeyLocks { return KeyLocks{Key: k, Holders: []Session{{PID: 1, Granted: true}}} }
 	snap := &Snapshot{Keys: []KeyLocks{
 		held(BigintKey(-5)), held(BigintKey(10)), held(BigintKey(30)), held(BigintKey(99)),
 		held(PairOf(0, 10)),
@@ -102,7 +102,7 @@ func TestLeasesLayout(t *testing.T) {
 		held      bool
 		requested bool
 	}
-	got := func(ls []RoleLocks) []row {
+	got := func(ls []Lease) []row {
 		var out []row
 		for _, l := range ls {
 			out = append(out, row{l.Role, l.Key.String(), l.Held(), l.Requested})

@@ -12,15 +12,15 @@ func TestMeasureTakeoverTakesTheTighterUpperBound(t *testing.T) {
 	seen := sent.Add(110 * time.Millisecond)
 	for _, tc := range []struct {
 		name      string
-		h         Claimant
+		h         Session
 		want      time.Duration
 		serverClk bool
 	}{
-		{"idle since the statement that took the key", Claimant{State: "idle", StateChange: server.Add(2 * time.Millisecond)}, 2 * time.Millisecond, true},
-		{"active: maybe still in the statement that took it", Claimant{State: "active", StateChange: server.Add(2 * time.Millisecond)}, 110 * time.Millisecond, false},
-		{"idle since before the signal: not this takeover's change", Claimant{State: "idle", StateChange: server.Add(-time.Second)}, 110 * time.Millisecond, false},
-		{"state hidden from this role", Claimant{Hidden: true}, 110 * time.Millisecond, false},
-		{"idle, but the client saw it sooner", Claimant{State: "idle", StateChange: server.Add(time.Second)}, 110 * time.Millisecond, false},
+		{"idle since the statement that took the key", Session{State: "idle", StateChange: server.Add(2 * time.Millisecond)}, 2 * time.Millisecond, true},
+		{"active: maybe still in the statement that took it", Session{State: "active", StateChange: server.Add(2 * time.Millisecond)}, 110 * time.Millisecond, false},
+		{"idle since before the signal: not this takeover's change", Session{State: "idle", StateChange: server.Add(-time.Second)}, 110 * time.Millisecond, false},
+		{"state hidden from this role", Session{Hidden: true}, 110 * time.Millisecond, false},
+		{"idle, but the client saw it sooner", Session{State: "idle", StateChange: server.Add(time.Second)}, 110 * time.Millisecond, false},
 	} {
 		got, byServer := measureTakeover(term, tc.h, seen)
 		if got != tc.want || byServer != tc.serverClk {

@@ -73,7 +73,7 @@ func (s *Snapshot) PresenceRole(l KeyLocks, roles map[int64]string) (Key, bool) 
 		return rk, true
 	}
 	for _, h := range s.Find(rk).Holders {
-		if slices.ContainsFunc(l.Holders, func(p Claimant) bool { return p.PID == h.PID }) {
+		if slices.ContainsFunc(l.Holders, func(p Session) bool { return p.PID == h.PID }) {
 			return rk, true
 		}
 	}
@@ -84,7 +84,7 @@ func (s *Snapshot) PresenceRole(l KeyLocks, roles map[int64]string) (Key, bool) 
 type Replica struct {
 	// Session is the lease session. Its lock fields (Granted, Shared,
 	// WaitStart) are cleared: they were those of one of its locks.
-	Session Claimant
+	Session Session
 	// Group is true for a group run: the session holds presence locks.
 	Group bool
 	// Leads are the roles whose keys the session holds in exclusive mode,
@@ -97,7 +97,7 @@ type Replica struct {
 	// it holding the fence of a role the replica leads: a session of the
 	// same application_name (with " fence" after it, for a single-role
 	// run). Nil otherwise.
-	Fence *Claimant
+	Fence *Session
 }
 
 // Host is the text after the last '@' of the replica's application_name
@@ -143,7 +143,7 @@ func (r Replica) Leading(k Key) bool {
 func (s *Snapshot) Replicas(roles map[int64]string) []Replica {
 	byPID := map[int32]*Replica{}
 	var order []int32
-	replica := func(c Claimant) *Replica {
+	replica := func(c Session) *Replica {
 		if r, ok := byPID[c.PID]; ok {
 			return r
 		}
@@ -218,7 +218,7 @@ func (s *Snapshot) Replicas(roles map[int64]string) []Replica {
 
 // fenceOf finds r's stop fence session: another session of its name that
 // holds the fence of a role r leads.
-func (s *Snapshot) fenceOf(r *Replica) *Claimant {
+func (s *Snapshot) fenceOf(r *Replica) *Session {
 	name := r.Session.Application
 	if !r.Group {
 		name += " fence"

@@ -61,7 +61,7 @@ func TestReplicasAndStandBysFromRealSessions(t *testing.T) {
 	}
 
 	all := read(t, observer, locks.Filter{All: true})
-	var presence []locks.RoleLocks
+	var presence []locks.Lease
 	for _, l := range all.ByRole(roles, want, true) {
 		if l.PresenceOf != nil {
 			presence = append(presence, l)

@@ -146,7 +146,7 @@ const terminateSQL = `SELECT statement_timestamp() AS signalled, pg_is_in_recove
 // [ErrHolderChanged]. A standby wraps [ErrStandby], the statement's own
 // backend [ErrOwnSession]. When the server refuses (SQLSTATE 42501) the
 // error is a [*PermissionError] saying what would allow it.
-func Terminate(ctx context.Context, q Querier, key Key, holder Claimant, timeout time.Duration) (Termination, error) {
+func Terminate(ctx context.Context, q Querier, key Key, holder Session, timeout time.Duration) (Termination, error) {
 	t := Termination{PID: holder.PID}
 	switch {
 	case holder.Prepared != nil || holder.PID == 0:
@@ -196,7 +196,7 @@ func Terminate(ctx context.Context, q Querier, key Key, holder Claimant, timeout
 // permissionError explains a refused termination: whose backend it was and
 // what would allow it. It asks the server who we are and whether the
 // holder's role is a superuser (pg_roles is readable by every role).
-func permissionError(ctx context.Context, q Querier, holder Claimant, err error) error {
+func permissionError(ctx context.Context, q Querier, holder Session, err error) error {
 	pe := &PermissionError{PID: holder.PID, HolderRole: holder.User, Err: err}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -232,7 +232,7 @@ func queryRow(ctx context.Context, q Querier, dest []any, sql string, args ...an
 // terminated.
 type Takeover struct {
 	// Holder is the new holder.
-	Holder Claimant
+	Holder Session
 	// After is the measured takeover time: how long after the signal the
 	// new holder held the key, at most. It is the smaller of two upper
 	// bounds: the client's, from sending the termination to the read that
@@ -258,7 +258,7 @@ type Takeover struct {
 
 // measureTakeover bounds the takeover by h, seen by the client at seen,
 // after term (see [Takeover.After]).
-func measureTakeover(term Termination, h Claimant, seen time.Time) (time.Duration, bool) {
+func measureTakeover(term Termination, h Session, seen time.Time) (time.Duration, bool) {
 	after := seen.Sub(term.Sent)
 	// An idle session changed state last when a statement ended, after it
 	// took the key; an active one may still be in the statement that took
@@ -276,7 +276,7 @@ func measureTakeover(term Termination, h Claimant, seen time.Time) (time.Duratio
 // than old: a backend (a prepared transaction does not lead) whose pid
 // differs, or whose pid is old's reused by a new backend (a different
 // backend_start, where both are visible).
-func IsTakeover(old, s Claimant) bool {
+func IsTakeover(old, s Session) bool {
 	switch {
 	case !s.Granted || s.Prepared != nil || s.PID == 0:
 		return false
@@ -303,7 +303,7 @@ type AwaitOptions struct {
 // termination's return the error wraps [ErrNoTakeover]. Each read has its
 // own timeout, so giving up never cancels a query (which would close the
 // connection).
-func AwaitTakeover(ctx context.Context, q Querier, key Key, old Claimant, term Termination, o AwaitOptions) (Takeover, error) {
+func AwaitTakeover(ctx context.Context, q Querier, key Key, old Session, term Termination, o AwaitOptions) (Takeover, error) {
 	if o.Poll <= 0 {
 		o.Poll = 10 * time.Millisecond
 	}

@@ -14,7 +14,7 @@ import (
 )
 
 // holderOf reads key's holder as the observer sees it, or fails.
-func holderOf(t *testing.T, observer *pgx.Conn, key locks.Key) locks.Claimant {
+func holderOf(t *testing.T, observer *pgx.Conn, key locks.Key) locks.Session {
 	t.Helper()
 	h, ok := read(t, observer, locks.Filter{Keys: []locks.Key{key}}).Find(key).Holder()
 	if !ok {
@@ -240,21 +240,21 @@ func TestAwaitTakeoverGivesUpWithoutStandBy(t *testing.T) {
 func TestNewTargetRefusals(t *testing.T) {
 	now := time.Now()
 	primary := dbconn.ServerInfo{BackendPID: 99}
-	one := locks.Claimant{PID: 10, Granted: true}
-	lease := func(hs ...locks.Claimant) locks.RoleLocks {
-		return locks.RoleLocks{Role: "poller", KeyLocks: locks.KeyLocks{Key: locks.BigintKey(1), Holders: hs}}
+	one := locks.Session{PID: 10, Granted: true}
+	lease := func(hs ...locks.Session) locks.Lease {
+		return locks.Lease{Role: "poller", KeyLocks: locks.KeyLocks{Key: locks.BigintKey(1), Holders: hs}}
 	}
 	for _, tc := range []struct {
 		name   string
 		server dbconn.ServerInfo
-		lease  locks.RoleLocks
+		lease  locks.Lease
 		want   error
 	}{
 		{"a holder on a primary", primary, lease(one), nil},
 		{"standby", dbconn.ServerInfo{InRecovery: true}, lease(one), locks.ErrStandby},
 		{"no holder", primary, lease(), locks.ErrNoHolder},
-		{"shared holders", primary, lease(one, locks.Claimant{PID: 11, Granted: true}), locks.ErrNotALease},
-		{"prepared transaction", primary, lease(locks.Claimant{Granted: true, Prepared: &locks.PreparedXact{GID: "g"}}), locks.ErrNotALease},
+		{"shared holders", primary, lease(one, locks.Session{PID: 11, Granted: true}), locks.ErrNotALease},
+		{"prepared transaction", primary, lease(locks.Session{Granted: true, Prepared: &locks.PreparedXact{GID: "g"}}), locks.ErrNotALease},
 		{"the answering backend", dbconn.ServerInfo{BackendPID: 10}, lease(one), locks.ErrOwnSession},
 	} {
 		target, err := locks.NewTarget(tc.server, tc.lease, now)
@@ -269,18 +269,18 @@ func TestNewTargetRefusals(t *testing.T) {
 
 func TestIsTakeover(t *testing.T) {
 	start := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	old := locks.Claimant{PID: 10, Granted: true, BackendStart: start}
+	old := locks.Session{PID: 10, Granted: true, BackendStart: start}
 	for _, tc := range []struct {
 		name string
-		s    locks.Claimant
+		s    locks.Session
 		want bool
 	}{
-		{"another pid", locks.Claimant{PID: 11, Granted: true}, true},
+		{"another pid", locks.Session{PID: 11, Granted: true}, true},
 		{"the same session", old, false},
-		{"the pid reused by a new backend", locks.Claimant{PID: 10, Granted: true, BackendStart: start.Add(time.Minute)}, true},
-		{"the same pid, start withheld: cannot tell, so not", locks.Claimant{PID: 10, Granted: true, Hidden: true}, false},
-		{"a waiter", locks.Claimant{PID: 11}, false},
-		{"a prepared transaction", locks.Claimant{Granted: true, Prepared: &locks.PreparedXact{GID: "g"}}, false},
+		{"the pid reused by a new backend", locks.Session{PID: 10, Granted: true, BackendStart: start.Add(time.Minute)}, true},
+		{"the same pid, start withheld: cannot tell, so not", locks.Session{PID: 10, Granted: true, Hidden: true}, false},
+		{"a waiter", locks.Session{PID: 11}, false},
+		{"a prepared transaction", locks.Session{Granted: true, Prepared: &locks.PreparedXact{GID: "g"}}, false},
 	} {
 		if got := locks.IsTakeover(old, tc.s); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)

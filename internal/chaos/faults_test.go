@@ -482,7 +482,7 @@ func checkHolder(t *testing.T, conn *pgx.Conn, where, backendPID string) {
 }
 
 // roleKeyHolder returns the holder of the role's key on conn's server.
-func roleKeyHolder(t *testing.T, conn *pgx.Conn) (locks.Claimant, bool) {
+func roleKeyHolder(t *testing.T, conn *pgx.Conn) (locks.Session, bool) {
 	t.Helper()
 	k := locks.BigintKey(roleKey)
 	snap, err := locks.Read(context.Background(), conn, locks.Filter{Keys: []locks.Key{k}})

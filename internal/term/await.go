@@ -64,7 +64,7 @@ type Began struct {
 	Term Term
 	// Holder is the session that holds the key and leads the term, as the
 	// reading that found the term saw it.
-	Holder locks.Claimant
+	Holder locks.Session
 	// After is how long after AwaitOptions.Since the term began, on the
 	// server's clock; zero when Since is zero.
 	After time.Duration
@@ -80,7 +80,7 @@ type Wait struct {
 	// Fence is the holder of the key's stop fence while a session waits
 	// for the fence (the new leader does): the previous leader's work is
 	// still stopping. Nil otherwise.
-	Fence *locks.Claimant
+	Fence *locks.Session
 }
 
 // String says, in one line, what the key's holder waits for.
@@ -133,7 +133,7 @@ func (e *NoTermError) Is(target error) bool {
 type AwaitOptions struct {
 	// Holder is the session that took the key over: a term that it, or the
 	// key's holder at the reading, began is the new leader's.
-	Holder locks.Claimant
+	Holder locks.Session
 	// Since is the server's clock at the request to step down or at the
 	// signal, from which Began.After is measured.
 	Since time.Time
@@ -260,7 +260,7 @@ func (b *Before) read(ctx context.Context, conn *pgx.Conn, f locks.Filter, timeo
 
 // leads reports whether term t is held by session s (when held): its
 // backend pid and, where both are known, its start.
-func leads(t Term, s locks.Claimant, held bool) bool {
+func leads(t Term, s locks.Session, held bool) bool {
 	return held && s.PID != 0 && t.Holder.BackendPID == uint32(s.PID) &&
 		(s.BackendStart.IsZero() || t.Holder.BackendStart.IsZero() || t.Holder.BackendStart.Equal(s.BackendStart))
 }

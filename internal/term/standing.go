@@ -12,7 +12,7 @@ import (
 )
 
 // What the record says of the leases that `leasectl who` shows, beside
-// what their advisory locks say (locks.RoleLocks.Health): whether each
+// what their advisory locks say (locks.Lease.Health): whether each
 // holder leads a term it renews, and the one rule of `who --check` that
 // adds to the locks' verdict.
 
@@ -70,7 +70,7 @@ type Place struct {
 	Term    Term
 	HasTerm bool
 	// Holder is the key's holder; zero when the key is free.
-	Holder locks.Claimant
+	Holder locks.Session
 	// Now is the server's clock at the reading of the record.
 	Now time.Time
 }
@@ -78,10 +78,10 @@ type Place struct {
 // Place says where l's holder stands in the record. ok is false when the
 // record says nothing of l: a key in the two-int4 form, which no lease
 // holds; a key held in shared mode or by a prepared transaction, which is
-// no lease's hold (locks.RoleLocks.Health judges those); and a key that
+// no lease's hold (locks.Lease.Health judges those); and a key that
 // was not asked for and never had a term, an advisory lock of something
 // other than a lease (who --all).
-func (r *Record) Place(l locks.RoleLocks) (Place, bool) {
+func (r *Record) Place(l locks.Lease) (Place, bool) {
 	if r == nil || l.Key.Form != locks.Bigint {
 		return Place{}, false
 	}
@@ -142,7 +142,7 @@ func (p Place) Note(name string) string {
 // place p and, when a session waits for the key's stop fence, the fence's
 // holder. When no term is open, long says what such a holder may be;
 // otherwise that it has yet to begin one.
-func waits(p Place, fence *locks.Claimant, long bool) string {
+func waits(p Place, fence *locks.Session, long bool) string {
 	var clauses []string
 	if fence != nil {
 		clauses = append(clauses, fmt.Sprintf("the previous leader's work to stop (pid %d holds its stop fence)", fence.PID))
@@ -189,7 +189,7 @@ func roundAge(d time.Duration) string {
 }
 
 // Health is one lease's verdict with the term record: the advisory locks'
-// verdict (locks.RoleLocks.Health) first; a lease that is healthy by its
+// verdict (locks.Lease.Health) first; a lease that is healthy by its
 // locks is healthy only if, where the record says something of it, its
 // holder leads a term that it renews (StandingLive). It is what `who
 // --check` gates on.
@@ -205,7 +205,7 @@ type Health struct {
 
 // Health judges l at now (the clock of its reading) with staleAfter for
 // idle holders and, when r is not nil, by the record.
-func (r *Record) Health(l locks.RoleLocks, now time.Time, staleAfter time.Duration) Health {
+func (r *Record) Health(l locks.Lease, now time.Time, staleAfter time.Duration) Health {
 	h := Health{Locks: l.Health(now, staleAfter)}
 	h.Place, h.Placed = r.Place(l)
 	return h

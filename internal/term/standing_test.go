@@ -20,15 +20,15 @@ func TestHealthByTheRecord(t *testing.T) {
 		return Term{Key: 7, Epoch: 41, ID: "a1", Holder: Holder{Host: "vm1", OSPID: 555, BackendPID: pid, BackendStart: start}, Timing: tm,
 			Began: start, Renewed: now.Add(-renewedAgo)}
 	}
-	held := func(key locks.Key, requested bool) locks.RoleLocks {
-		return locks.RoleLocks{Role: "poller", Requested: requested, KeyLocks: locks.KeyLocks{Key: key,
-			Holders: []locks.Claimant{{PID: 100, Granted: true, BackendStart: start, State: "idle", StateChange: now}}}}
+	held := func(key locks.Key, requested bool) locks.Lease {
+		return locks.Lease{Role: "poller", Requested: requested, KeyLocks: locks.KeyLocks{Key: key,
+			Holders: []locks.Session{{PID: 100, Granted: true, BackendStart: start, State: "idle", StateChange: now}}}}
 	}
-	free := locks.RoleLocks{Role: "poller", Requested: true, KeyLocks: locks.KeyLocks{Key: locks.BigintKey(7)}}
+	free := locks.Lease{Role: "poller", Requested: true, KeyLocks: locks.KeyLocks{Key: locks.BigintKey(7)}}
 	for _, tc := range []struct {
 		name    string
 		rec     *Record
-		lease   locks.RoleLocks
+		lease   locks.Lease
 		health  string
 		ok      bool
 		problem string
@@ -63,8 +63,8 @@ func TestWhatTheNewHolderWaitsFor(t *testing.T) {
 	now := time.Date(2026, 12, 1, 14, 0, 0, 0, time.UTC)
 	tm := timing.Lease{HeartbeatInterval: time.Second, HeartbeatTimeout: time.Second, StopTimeout: time.Second}
 	prev := Term{Epoch: 41, ID: "a1", Holder: Holder{Host: "vm1", OSPID: 555, BackendPID: 99}, Timing: tm, Renewed: now.Add(-time.Second)}
-	holder := locks.Claimant{PID: 100, Granted: true}
-	fence := &locks.Claimant{PID: 98, Granted: true}
+	holder := locks.Session{PID: 100, Granted: true}
+	fence := &locks.Session{PID: 98, Granted: true}
 	ended := prev
 	ended.Ended = now.Add(-time.Second)
 	for _, tc := range []struct {

@@ -46,7 +46,7 @@ type Result struct {
 	Status Status
 	Detail string
 	// Leader is the holder one_leader found, when there is one.
-	Leader *locks.Claimant
+	Leader *locks.Session
 	// Now is the server's clock when Leader was read.
 	Now time.Time
 	// Failover is what clean_failover did, when it terminated a holder.
@@ -206,11 +206,11 @@ func leaseDSN(ctx context.Context, o Options) Result {
 }
 
 // OneLeader decides one_leader for lease as read at now, by the lease's
-// health ([locks.RoleLocks.Health], which `who --check` gates on too): exactly
+// health ([locks.Lease.Health], which `who --check` gates on too): exactly
 // one session holds the key exclusively, and it is not stale (a leader
 // whose state is hidden from this role passes: staleness is unknown, not
 // proven).
-func OneLeader(l locks.RoleLocks, now time.Time, staleAfter time.Duration) Result {
+func OneLeader(l locks.Lease, now time.Time, staleAfter time.Duration) Result {
 	r := Result{Check: CheckOneLeader, Role: l.Role, Key: l.Key, Status: Fail, Now: now}
 	h, held := l.Holder()
 	if held {
@@ -241,7 +241,7 @@ func OneLeader(l locks.RoleLocks, now time.Time, staleAfter time.Duration) Resul
 	return r
 }
 
-func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.RoleLocks, leader Result) Result {
+func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.Lease, leader Result) Result {
 	r := Result{Check: CheckCleanFailover, Role: l.Role, Key: l.Key, Status: Skip}
 	switch {
 	case !o.Failover:

@@ -188,7 +188,7 @@ func TestRefusesAStandby(t *testing.T) {
 }
 
 func TestOneLeaderWithAHiddenLeader(t *testing.T) {
-	l := locks.RoleLocks{Role: "poller", KeyLocks: locks.KeyLocks{Key: locks.BigintKey(1), Holders: []locks.Claimant{{PID: 7, Granted: true, Hidden: true, Application: "p"}}}}
+	l := locks.Lease{Role: "poller", KeyLocks: locks.KeyLocks{Key: locks.BigintKey(1), Holders: []locks.Session{{PID: 7, Granted: true, Hidden: true, Application: "p"}}}}
 	r := verify.OneLeader(l, time.Now(), time.Second)
 	if r.Status != verify.Pass || r.Detail != "pid 7 (p) holds it (its state is hidden from this role: staleness unknown)" {
 		t.Errorf("hidden leader: %s %q", r.Status, r.Detail)
