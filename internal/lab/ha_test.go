@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/lab"
+	"github.com/leasectl/leasectl/internal/pgtest"
 )
 
 // serverOf connects to dsn and returns the port of the server that answers
@@ -349,16 +350,7 @@ func TestHAOptionErrors(t *testing.T) {
 // reason from Patroni's log, after etcd and node1 ran; Start stops and
 // removes everything it started.
 func TestHAStartFailureLeavesNothing(t *testing.T) {
-	base, err := os.MkdirTemp("", "leasectl-ha-fail-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	// The servers' OS user must reach the run dir made under it.
-	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("TMPDIR", base)
+	base := pgtest.TempBase(t, "leasectl-ha-fail-")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var steps strings.Builder

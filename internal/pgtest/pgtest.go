@@ -11,6 +11,7 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -211,4 +212,22 @@ func Strand(t testing.TB, l *lab.Lab, pooler string, key int64) {
 	t.Cleanup(func() {
 		_, _ = locks.Unlock(ctx, Conn(t, l.PoolerDSN(pooler), ""), key)
 	})
+}
+
+// TempBase makes a directory for the rest of the test's temporary files,
+// sets TMPDIR to it and removes it when the test ends: a lab started then
+// puts its run directory there, so a test can check that nothing is left.
+// The servers' OS user must reach the run directory made under it.
+func TempBase(t *testing.T, prefix string) string {
+	t.Helper()
+	base, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", base)
+	return base
 }

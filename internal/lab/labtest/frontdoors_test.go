@@ -16,6 +16,7 @@ import (
 	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/internal/lab/labtest"
+	"github.com/leasectl/leasectl/internal/pgtest"
 )
 
 func connectT(ctx context.Context, t *testing.T, dsn string) *pgx.Conn {
@@ -482,16 +483,7 @@ func TestFrontDoorOptionErrors(t *testing.T) {
 // and a relay already run, Start returns the reason and stops and removes
 // everything it started.
 func TestFrontDoorStartFailureLeavesNothing(t *testing.T) {
-	base, err := os.MkdirTemp("", "leasectl-fronts-fail-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	// The servers' OS user must reach the run dir made under it.
-	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("TMPDIR", base)
+	base := pgtest.TempBase(t, "leasectl-fronts-fail-")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var steps strings.Builder

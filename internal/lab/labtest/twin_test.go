@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/internal/lab/labtest"
+	"github.com/leasectl/leasectl/internal/pgtest"
 )
 
 // TestTwin starts a lab whose front doors need the twin (HAProxy leastconn
@@ -116,15 +117,7 @@ func TestTwin(t *testing.T) {
 // TestTwinStartFailureLeavesNothing: when the HAProxy instance that needs
 // the twin fails to start, after the twin runs, Start stops the twin too.
 func TestTwinStartFailureLeavesNothing(t *testing.T) {
-	base, err := os.MkdirTemp("", "leasectl-twin-fail-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("TMPDIR", base)
+	base := pgtest.TempBase(t, "leasectl-twin-fail-")
 	var steps strings.Builder
 	l, _, err := labtest.Start(context.Background(), lab.Options{Log: &steps, Poolers: []lab.PoolerSpec{}},
 		labtest.Spec{HAProxy: []labtest.HAProxySpec{{Name: "bad", Backends: []string{"primary", labtest.TwinBackend}, Balance: "no-such-algorithm"}}})
