@@ -157,6 +157,9 @@ func (k *keyFlag) String() string {
 }
 
 func (k *keyFlag) Set(s string) error {
+	if k.set {
+		return fmt.Errorf("given twice (%s, then %s): give one key", k.key, s)
+	}
 	key, err := locks.ParseKey(s)
 	if err != nil {
 		return err
@@ -172,3 +175,23 @@ func (k *keyFlag) Type() string { return "key" }
 
 // outputWide is who's -o wide: text with every column.
 const outputWide = "wide"
+
+// onceFlag is a string flag that may be given once: pflag keeps the last of
+// repeated values, which for run's --role meant holding one role while the
+// user asked for two. why says what to do instead.
+type onceFlag struct {
+	value *string
+	set   bool
+	why   string
+}
+
+func (o *onceFlag) String() string { return *o.value }
+func (o *onceFlag) Type() string   { return "string" }
+
+func (o *onceFlag) Set(s string) error {
+	if o.set {
+		return fmt.Errorf("given twice (%q, then %q): %s", *o.value, s, o.why)
+	}
+	*o.value, o.set = s, true
+	return nil
+}

@@ -110,8 +110,8 @@ docs/guide/run.md.`,
 	}
 	f := c.Flags()
 	f.SetInterspersed(false) // everything from CMD on belongs to CMD, with or without --
-	f.StringVar(&opts.Role, "role", "", "role whose lease to hold, from keys.yaml")
-	f.StringVar(&opts.Procfile, "procfile", "", "run every role of a Procfile (ROLE: COMMAND ARGS... per line) in this one process, over shared sessions")
+	f.Var(&onceFlag{value: &opts.Role, why: "one run holds one role; list several roles in a Procfile and give --procfile"}, "role", "role whose lease to hold, from keys.yaml")
+	f.Var(&onceFlag{value: &opts.Procfile, why: "give one Procfile, with every role in it"}, "procfile", "run every role of a Procfile (ROLE: COMMAND ARGS... per line) in this one process, over shared sessions")
 	opts.keyFlag = keyFlag{noPairWhy: "a lease holds a bigint key (its stop fence is the two-int4 form of the same 64 bits): give one 64-bit integer"}
 	f.Var(&opts.keyFlag, "key", "advisory key to hold instead of a role's, in decimal or 0x hex")
 	f.DurationVar(&opts.Grace, "grace", lease.DefaultStopTimeout, "time CMD and what it started have after the first signal before SIGKILL")
