@@ -7,7 +7,7 @@ test:
 	./scripts/test.sh
 
 build:
-	go build -o bin/leasectl .
+	CGO_ENABLED=0 go build -trimpath -o bin/leasectl .
 
 # Installs the binary, the man pages (docs/man) and the shell completions
 # (completions/) under $(PREFIX); DESTDIR stages the files elsewhere, as

@@ -89,7 +89,7 @@ term record yet.`,
 	}
 	c.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		var unknown *pflag.NotExistError
-		if errors.As(err, &unknown) && negativeKey.MatchString(unknown.GetSpecifiedShortnames()) {
+		if errors.As(err, &unknown) && isNegativeKey(unknown.GetSpecifiedShortnames()) {
 			return usageErrorf("%v: a negative key looks like a flag; put it after --: leasectl history -- -%s", err, unknown.GetSpecifiedShortnames())
 		}
 		return flagError(c, err)

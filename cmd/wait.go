@@ -4,8 +4,6 @@ import (
 	"os"
 	"sync"
 	"time"
-
-	"github.com/briandowns/spinner"
 )
 
 // spinAfter is how long a wait must last before it shows itself: a quick
@@ -28,25 +26,40 @@ func (a *App) waitingFor(say func(waited time.Duration) string) (stop func()) {
 		return func() {}
 	}
 	began := time.Now()
-	s := spinner.New(spinner.CharSets[14], 100*time.Millisecond, spinner.WithWriterFile(f), spinner.WithHiddenCursor(false))
-	s.PreUpdate = func(s *spinner.Spinner) {
-		s.Suffix = " " + termSafe(say(time.Since(began)))
-	}
-	s.Suffix = " " + termSafe(say(0))
-	var mu sync.Mutex
-	stopped := false
-	t := time.AfterFunc(spinAfter, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			s.Start()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-time.After(spinAfter):
+		case <-done:
+			return
 		}
-	})
+		tick := time.NewTicker(spinEvery)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			frame := spinFrames[i%len(spinFrames)]
+			// \r and erase-line redraw the line in place.
+			_, _ = f.WriteString("\r\x1b[K" + frame + " " + termSafe(say(time.Since(began))))
+			select {
+			case <-tick.C:
+			case <-done:
+				_, _ = f.WriteString("\r\x1b[K")
+				return
+			}
+		}
+	}()
+	var once sync.Once
 	return func() {
-		t.Stop()
-		mu.Lock()
-		defer mu.Unlock()
-		stopped = true
-		s.Stop()
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+		})
 	}
 }
+
+// spinFrames are the spinner's frames, drawn every spinEvery.
+var spinFrames = [...]string{"⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"}
+
+const spinEvery = 100 * time.Millisecond

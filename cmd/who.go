@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -127,7 +126,7 @@ characters escaped (\x1b, \r, \u202e).`,
 		case slices.Contains(app.args, "-w"+sn):
 			// -w5s: pflag reads 5 and s as more shorthand flags.
 			return usageErrorf("-w%s: write the interval after \"=\": -w=%s", sn, sn)
-		case negativeKey.MatchString(sn):
+		case isNegativeKey(sn):
 			return usageErrorf("%v: a negative key looks like a flag; put keys after --: leasectl who -- -%s", err, sn)
 		}
 		return flagError(c, err)
@@ -143,9 +142,15 @@ characters escaped (\x1b, \r, \u202e).`,
 	return c
 }
 
-// negativeKey matches the shorthands of an unknown flag that is a negative
-// key (-1, -1,-2) taken for flags.
-var negativeKey = regexp.MustCompile(`^\d[\d,-]*$`)
+// isNegativeKey says whether the shorthands of an unknown flag are a
+// negative key (-1, -1,-2) taken for flags: a digit, then digits, commas
+// and dashes.
+func isNegativeKey(sn string) bool {
+	if sn == "" || sn[0] < '0' || sn[0] > '9' {
+		return false
+	}
+	return strings.Trim(sn, "0123456789,-") == ""
+}
 
 // whoSelection is what the arguments asked for.
 type whoSelection struct {
@@ -224,10 +229,12 @@ func checkWatchArg(args []string) error {
 	return nil
 }
 
-var numberRe = regexp.MustCompile(`^[0-9]+(\.[0-9]*)?$`)
-
-// isNumber reports whether s is a plain non-negative number (5, 0.5).
-func isNumber(s string) bool { return numberRe.MatchString(s) }
+// isNumber reports whether s is a plain non-negative number (5, 0.5):
+// digits, then optionally a point and more digits.
+func isNumber(s string) bool {
+	whole, frac, _ := strings.Cut(s, ".")
+	return whole != "" && strings.Trim(whole, "0123456789") == "" && strings.Trim(frac, "0123456789") == ""
+}
 
 // selection resolves the arguments against keys.yaml. The file may be
 // missing (not invalid) when only keys or --all are asked for and no keys

@@ -35,7 +35,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 )
@@ -189,16 +188,27 @@ func parseLine(line string) (e Entry, ok bool, msg string) {
 	if len(words) == 0 { // only a comment after the colon
 		return Entry{}, false, fmt.Sprintf("role %q has no command, only a comment: want %s", role, Form)
 	}
-	if assignment.MatchString(command) {
+	if startsWithAssignment(command) {
 		return Entry{}, false, fmt.Sprintf("%s sets an environment variable, which needs a shell, but leasectl runs commands without one: write it as %s: env %s",
 			quote(words[0]), role, shellQuoteAll(words))
 	}
 	return Entry{Role: role, Command: words}, true, ""
 }
 
-// assignment matches a command that starts with a shell variable
+// startsWithAssignment says whether command starts with a shell variable
 // assignment (NAME=), which a shell applies to the command's environment.
-var assignment = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+func startsWithAssignment(command string) bool {
+	name, _, ok := strings.Cut(command, "=")
+	if !ok || name == "" || name[0] >= '0' && name[0] <= '9' {
+		return false
+	}
+	for _, c := range name {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
 
 func validRole(s string) bool {
 	for i := 0; i < len(s); i++ {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -234,6 +235,20 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("bad entry %+v", e)
 			}
 			last = e.Line
+		}
+	})
+}
+
+// FuzzStartsWithAssignment holds the plain matcher equal to the pattern it
+// replaces.
+func FuzzStartsWithAssignment(f *testing.F) {
+	re := regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*=`)
+	for _, s := range []string{"", "A=1 cmd", "_x=", "1A=2", "=x", "a-b=c", "cmd --x=1", "é=1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := startsWithAssignment(s), re.MatchString(s); got != want {
+			t.Errorf("startsWithAssignment(%q) = %v, want %v", s, got, want)
 		}
 	})
 }
