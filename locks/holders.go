@@ -265,23 +265,26 @@ func Read(ctx context.Context, q Querier, f Filter) (*Snapshot, error) {
 	}
 	defer rows.Close()
 	snap := &Snapshot{}
+	// pgtype values, not pointers: with 10,000 locks the reflection behind
+	// scanning into **T is a good part of the client's time. They are
+	// declared once, not per row: passed to Scan they live on the heap, and
+	// every row overwrites every one of them (NULL sets Valid false).
+	var (
+		objsubid                           pgtype.Int2
+		key                                pgtype.Int8
+		pid, activityPID, clientPort       pgtype.Int4
+		granted                            pgtype.Bool
+		waitStart, prepared                pgtype.Timestamptz
+		backendStart, stateChange          pgtype.Timestamptz
+		mode, gid, owner, user, app, state pgtype.Text
+		client                             pgtype.Text
+	)
+	dest := []any{&snap.Now, &objsubid, &key, &mode, &granted, &pid, &waitStart,
+		&gid, &prepared, &owner,
+		&activityPID, &user, &app, &client, &clientPort,
+		&backendStart, &state, &stateChange}
 	for rows.Next() {
-		// pgtype values, not pointers: with 10,000 locks the reflection
-		// behind scanning into **T is a good part of the client's time.
-		var (
-			objsubid                           pgtype.Int2
-			key                                pgtype.Int8
-			pid, activityPID, clientPort       pgtype.Int4
-			granted                            pgtype.Bool
-			waitStart, prepared                pgtype.Timestamptz
-			backendStart, stateChange          pgtype.Timestamptz
-			mode, gid, owner, user, app, state pgtype.Text
-			client                             pgtype.Text
-		)
-		if err := rows.Scan(&snap.Now, &objsubid, &key, &mode, &granted, &pid, &waitStart,
-			&gid, &prepared, &owner,
-			&activityPID, &user, &app, &client, &clientPort,
-			&backendStart, &state, &stateChange); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return nil, fmt.Errorf("read advisory locks from pg_locks: %w", err)
 		}
 		if !key.Valid {
@@ -490,7 +493,11 @@ func (s *Snapshot) ByRole(roles map[int64]string, want []Key, others bool) []Lea
 	for k, name := range roles {
 		names[BigintKey(k)] = name
 	}
-	out := make([]Lease, 0, len(want))
+	n := len(want)
+	if others {
+		n += len(s.Keys) // every line at once: growing a slice of 10,000 leases copies it over and over
+	}
+	out := make([]Lease, 0, n)
 	seen := make(map[Key]bool, len(want))
 	for _, k := range want {
 		if seen[k] {
