@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"runtime"
 	"time"
 )
 
@@ -95,30 +96,36 @@ func (o *jsonObject) value(prefix string, v any) {
 // checks the syntax again: without it who --all -o json misses its target
 // (docs/benchmarks.md).
 func appendIndent(dst, src []byte, prefix string) []byte {
+	// indent[:1+len(prefix)+2*depth] is the line break at depth.
+	indent := make([]byte, 0, 1+len(prefix)+16)
+	indent = append(append(indent, '\n'), prefix...)
 	depth := 0
 	newline := func() {
-		dst = append(dst, '\n')
-		dst = append(dst, prefix...)
-		for range depth {
-			dst = append(dst, ' ', ' ')
+		for n := 1 + len(prefix) + 2*depth; len(indent) < n; {
+			indent = append(indent, ' ')
 		}
+		dst = append(dst, indent[:1+len(prefix)+2*depth]...)
 	}
-	for i := 0; i < len(src); i++ {
-		switch c := src[i]; c {
-		case '"':
-			j := i + 1
-			for ; src[j] != '"'; j++ {
-				if src[j] == '\\' {
-					j++
-				}
+	for i := 0; i < len(src); {
+		// A run of bytes that stay as they are (numbers, true, false,
+		// null, and strings) is copied at once.
+		j := i
+		for j < len(src) && !jsonStructural[src[j]] {
+			if src[j] == '"' {
+				j = stringEnd(src, j)
 			}
-			dst = append(dst, src[i:j+1]...)
-			i = j
+			j++
+		}
+		dst = append(dst, src[i:j]...)
+		if j == len(src) {
+			break
+		}
+		switch c := src[j]; c {
 		case '{', '[':
-			if src[i+1] == c+2 { // {} or [], which stay as they are
+			if j+1 < len(src) && src[j+1] == c+2 { // {} or [], which stay as they are
 				dst = append(dst, c, c+2)
-				i++
-				continue
+				j++
+				break
 			}
 			dst = append(dst, c)
 			depth++
@@ -132,11 +139,34 @@ func appendIndent(dst, src []byte, prefix string) []byte {
 			newline()
 		case ':':
 			dst = append(dst, ':', ' ')
-		default:
-			dst = append(dst, c)
 		}
+		i = j + 1
 	}
 	return dst
+}
+
+// jsonStructural marks the bytes appendIndent changes the layout around.
+var jsonStructural = [256]bool{'{': true, '}': true, '[': true, ']': true, ',': true, ':': true}
+
+// stringEnd is the index of the quote that ends the JSON string whose
+// opening quote is at src[i]: the first one after it not escaped by an odd
+// run of backslashes.
+func stringEnd(src []byte, i int) int {
+	for j := i + 1; ; {
+		k := bytes.IndexByte(src[j:], '"')
+		if k < 0 {
+			return len(src) - 1 // not valid JSON; encoding/json never writes it
+		}
+		q := j + k
+		b := q
+		for b > j && src[b-1] == '\\' {
+			b--
+		}
+		if (q-b)%2 == 0 {
+			return q
+		}
+		j = q + 1
+	}
 }
 
 // key starts the next field; name needs no escaping.
@@ -163,7 +193,11 @@ func (o *jsonObject) Header(h docHeader) {
 }
 
 // Array writes a field whose value is an array of n elements, element i
-// being elem(i), each encoded as soon as it is made.
+// being elem(i). elem must be safe to call from several goroutines at once:
+// the elements are encoded in chunks, by as many goroutines as there are
+// CPUs, and written in order. With 10,000 leases the encoding is most of
+// who --all -o json's own time, and it runs after the server has answered,
+// while its CPUs sit idle.
 func (o *jsonObject) Array(name string, n int, elem func(i int) any) {
 	o.key(name)
 	if n == 0 {
@@ -171,17 +205,74 @@ func (o *jsonObject) Array(name string, n int, elem func(i int) any) {
 		return
 	}
 	o.w.WriteByte('[')
-	for i := range n {
-		if i > 0 {
-			o.w.WriteByte(',')
-		}
-		o.w.WriteString("\n    ")
-		o.value("    ", elem(i))
-		if o.err != nil {
+	chunks := (n + arrayChunk - 1) / arrayChunk
+	workers := min(runtime.GOMAXPROCS(0), chunks)
+	type part struct {
+		b   []byte
+		err error
+	}
+	// Chunk c is worker c%workers's; each worker has at most two chunks
+	// encoded ahead of the writer, in two buffers it reuses.
+	out := make([]chan part, workers)
+	free := make([]chan []byte, workers)
+	quit := make(chan struct{})
+	defer close(quit)
+	for w := range workers {
+		out[w], free[w] = make(chan part, 1), make(chan []byte, 2)
+		free[w] <- nil
+		free[w] <- nil
+		go func() {
+			var buf bytes.Buffer
+			enc := json.NewEncoder(&buf)
+			for c := w; c < chunks; c += workers {
+				var b []byte
+				select {
+				case b = <-free[w]:
+				case <-quit:
+					return
+				}
+				b, err := encodeChunk(b[:0], enc, &buf, c*arrayChunk, min(n, (c+1)*arrayChunk), elem)
+				select {
+				case out[w] <- part{b, err}:
+				case <-quit:
+					return
+				}
+			}
+		}()
+	}
+	for c := range chunks {
+		p := <-out[c%workers]
+		if p.err != nil {
+			if o.err == nil {
+				o.err = p.err
+			}
 			return
 		}
+		o.w.Write(p.b)
+		free[c%workers] <- p.b
 	}
 	o.w.WriteString("\n  ]")
+}
+
+// arrayChunk is how many elements of an Array one goroutine encodes at a
+// time.
+const arrayChunk = 64
+
+// encodeChunk appends elements lo to hi-1 of an Array to dst, each as
+// jsonObject.value writes an element, using enc, which writes into buf.
+func encodeChunk(dst []byte, enc *json.Encoder, buf *bytes.Buffer, lo, hi int, elem func(i int) any) ([]byte, error) {
+	for i := lo; i < hi; i++ {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, "\n    "...)
+		buf.Reset()
+		if err := enc.Encode(elem(i)); err != nil {
+			return dst, err
+		}
+		dst = appendIndent(dst, bytes.TrimSuffix(buf.Bytes(), []byte("\n")), "    ")
+	}
+	return dst, nil
 }
 
 // Close ends the document and flushes it.
