@@ -260,19 +260,26 @@ const arrayChunk = 64
 
 // encodeChunk appends elements lo to hi-1 of an Array to dst, each as
 // jsonObject.value writes an element, using enc, which writes into buf.
+// The chunk is encoded as one array (one call into encoding/json, not one
+// an element), and indented as the Array's elements are.
 func encodeChunk(dst []byte, enc *json.Encoder, buf *bytes.Buffer, lo, hi int, elem func(i int) any) ([]byte, error) {
+	elems := make([]any, 0, hi-lo)
 	for i := lo; i < hi; i++ {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, "\n    "...)
-		buf.Reset()
-		if err := enc.Encode(elem(i)); err != nil {
-			return dst, err
-		}
-		dst = appendIndent(dst, bytes.TrimSuffix(buf.Bytes(), []byte("\n")), "    ")
+		elems = append(elems, elem(i))
 	}
-	return dst, nil
+	buf.Reset()
+	if err := enc.Encode(elems); err != nil {
+		return dst, err
+	}
+	if lo > 0 {
+		dst = append(dst, ',')
+	}
+	// "[a,b]" indented with prefix "  " is "[\n    a,\n    b\n  ]": each
+	// element on a line of its own at the Array's depth.
+	start := len(dst)
+	dst = appendIndent(dst, bytes.TrimSuffix(buf.Bytes(), []byte("\n")), "  ")
+	n := copy(dst[start:], dst[start+1:len(dst)-len("\n  ]")])
+	return dst[:start+n], nil
 }
 
 // Close ends the document and flushes it.
