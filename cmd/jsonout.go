@@ -110,11 +110,18 @@ func appendIndent(dst, src []byte, prefix string) []byte {
 		// A run of bytes that stay as they are (numbers, true, false,
 		// null, and strings) is copied at once.
 		j := i
-		for j < len(src) && !jsonStructural[src[j]] {
-			if src[j] == '"' {
-				j = stringEnd(src, j)
+	run:
+		for ; j < len(src); j++ {
+			switch jsonClass[src[j]] {
+			case jsonQuote:
+				for j++; src[j] != '"'; j++ {
+					if src[j] == '\\' {
+						j++
+					}
+				}
+			case jsonStructural:
+				break run
 			}
-			j++
 		}
 		dst = append(dst, src[i:j]...)
 		if j == len(src) {
@@ -145,29 +152,15 @@ func appendIndent(dst, src []byte, prefix string) []byte {
 	return dst
 }
 
-// jsonStructural marks the bytes appendIndent changes the layout around.
-var jsonStructural = [256]bool{'{': true, '}': true, '[': true, ']': true, ',': true, ':': true}
+// jsonClass sorts the bytes of compact JSON for appendIndent: those it
+// changes the layout around, the quote that starts a string, and the rest.
+var jsonClass = [256]uint8{'{': jsonStructural, '}': jsonStructural, '[': jsonStructural, ']': jsonStructural,
+	',': jsonStructural, ':': jsonStructural, '"': jsonQuote}
 
-// stringEnd is the index of the quote that ends the JSON string whose
-// opening quote is at src[i]: the first one after it not escaped by an odd
-// run of backslashes.
-func stringEnd(src []byte, i int) int {
-	for j := i + 1; ; {
-		k := bytes.IndexByte(src[j:], '"')
-		if k < 0 {
-			return len(src) - 1 // not valid JSON; encoding/json never writes it
-		}
-		q := j + k
-		b := q
-		for b > j && src[b-1] == '\\' {
-			b--
-		}
-		if (q-b)%2 == 0 {
-			return q
-		}
-		j = q + 1
-	}
-}
+const (
+	jsonStructural = 1 + iota
+	jsonQuote
+)
 
 // key starts the next field; name needs no escaping.
 func (o *jsonObject) key(name string) {
