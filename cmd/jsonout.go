@@ -251,10 +251,10 @@ func (o *jsonObject) Array(name string, n int, elem func(i int) any) {
 // time.
 const arrayChunk = 64
 
-// encodeChunk appends elements lo to hi-1 of an Array to dst, each as
-// jsonObject.value writes an element, using enc, which writes into buf.
-// The chunk is encoded as one array (one call into encoding/json, not one
-// an element), and indented as the Array's elements are.
+// encodeChunk appends elements lo to hi-1 of an Array to dst, each on a
+// line of its own, using enc, which writes into buf. The chunk is encoded
+// in one call into encoding/json, as an array, whose elements are then
+// indented as those of the Array.
 func encodeChunk(dst []byte, enc *json.Encoder, buf *bytes.Buffer, lo, hi int, elem func(i int) any) ([]byte, error) {
 	elems := make([]any, 0, hi-lo)
 	for i := lo; i < hi; i++ {
@@ -267,12 +267,8 @@ func encodeChunk(dst []byte, enc *json.Encoder, buf *bytes.Buffer, lo, hi int, e
 	if lo > 0 {
 		dst = append(dst, ',')
 	}
-	// "[a,b]" indented with prefix "  " is "[\n    a,\n    b\n  ]": each
-	// element on a line of its own at the Array's depth.
-	start := len(dst)
-	dst = appendIndent(dst, bytes.TrimSuffix(buf.Bytes(), []byte("\n")), "  ")
-	n := copy(dst[start:], dst[start+1:len(dst)-len("\n  ]")])
-	return dst[:start+n], nil
+	inner := bytes.TrimSuffix(buf.Bytes(), []byte("]\n"))[1:] // the elements, without [ and ]
+	return appendIndent(append(dst, "\n    "...), inner, "    "), nil
 }
 
 // Close ends the document and flushes it.
