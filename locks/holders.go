@@ -236,6 +236,13 @@ LEFT JOIN (
 ) k ON true
 ORDER BY k.objsubid, k.key, k.granted DESC, k.waitstart NULLS LAST, k.pid NULLS FIRST`
 
+// holdersParamOIDs are the types of holdersSQL's parameters.
+var holdersParamOIDs = []uint32{pgtype.BoolOID, pgtype.Int8ArrayOID, pgtype.Int8ArrayOID}
+
+// binary is the format codes of three parameters, or of every result
+// column (one code).
+var binary = []int16{pgtype.BinaryFormatCode, pgtype.BinaryFormatCode, pgtype.BinaryFormatCode}
+
 // Query returns the statement [Read] runs for f and its parameters: what a
 // benchmark hands to psql to compare like with like.
 func (f Filter) Query() (sql string, args []any) {
@@ -257,12 +264,23 @@ func (f Filter) Query() (sql string, args []any) {
 // in the current database, in one query (one round trip). Advisory locks are per
 // database: a key held in another database is a different lock and is not
 // returned. On a standby the locks are the standby's own.
-func Read(ctx context.Context, q Querier, f Filter) (*Snapshot, error) {
+//
+// The statement goes out as pgx's exec mode for poolers sends it (one
+// Parse, Bind, Execute and Sync: no statement outlives the round trip), but
+// through pgconn, so that the rows come back in binary: that mode takes
+// every column as text, and thousands of timestamps are costly to format
+// and to parse.
+func Read(ctx context.Context, conn *pgx.Conn, f Filter) (*Snapshot, error) {
 	sql, args := f.Query()
-	rows, err := q.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, fmt.Errorf("read advisory locks from pg_locks: %w", err)
+	params := make([][]byte, len(args))
+	for i, a := range args {
+		var err error
+		if params[i], err = conn.TypeMap().Encode(holdersParamOIDs[i], pgtype.BinaryFormatCode, a, nil); err != nil {
+			return nil, fmt.Errorf("read advisory locks from pg_locks: %w", err)
+		}
 	}
+	rows := pgx.RowsFromResultReader(conn.TypeMap(),
+		conn.PgConn().ExecParams(ctx, sql, params, holdersParamOIDs, binary[:len(args)], binary[:1]))
 	defer rows.Close()
 	snap := &Snapshot{}
 	// pgtype values, not pointers: with 10,000 locks the reflection behind

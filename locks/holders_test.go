@@ -91,6 +91,32 @@ func TestHolderAndWaiterFromRealSessions(t *testing.T) {
 	}
 }
 
+// TestReadThroughTransactionPooler reads through PgBouncer in transaction
+// mode, where consecutive statements land on different server connections:
+// Read must leave nothing behind on one that the next depends on, and its
+// binary rows must say what the direct ones say.
+func TestReadThroughTransactionPooler(t *testing.T) {
+	leader := pgtest.Conn(t, testLab.DirectDSN(), "leader-tx")
+	const key = 1840000011
+	leaderPID := pgtest.PID(t, leader)
+	pgtest.Exec(t, leader, "SELECT pg_advisory_lock($1)", int64(key))
+	direct := read(t, pgtest.Conn(t, testLab.DirectDSN(), "observer"), locks.Filter{Keys: []locks.Key{locks.BigintKey(key)}})
+	want, ok := direct.Find(locks.BigintKey(key)).Holder()
+	if !ok || want.PID != leaderPID {
+		t.Fatalf("direct: holder %+v, want pid %d", want, leaderPID)
+	}
+	pooled := pgtest.Conn(t, testLab.PoolerDSN("transaction"), "observer-tx")
+	for i := range 5 {
+		for _, f := range []locks.Filter{{Keys: []locks.Key{locks.BigintKey(key)}, Presence: true}, {All: true}} {
+			got, ok := read(t, pooled, f).Find(locks.BigintKey(key)).Holder()
+			if !ok || got.PID != want.PID || got.Application != "leader-tx" || !got.BackendStart.Equal(want.BackendStart) ||
+				!got.StateChange.Equal(want.StateChange) || got.State != "idle" || got.ClientPort != want.ClientPort {
+				t.Fatalf("read %d through the pooler (%+v): holder %+v, want %+v", i, f, got, want)
+			}
+		}
+	}
+}
+
 func TestKeysAtTheEdgesOfTheEncoding(t *testing.T) {
 	ctx := context.Background()
 	holder := pgtest.Conn(t, testLab.DirectDSN(), "edges")

@@ -303,7 +303,7 @@ type AwaitOptions struct {
 // termination's return the error wraps [ErrNoTakeover]. Each read has its
 // own timeout, so giving up never cancels a query (which would close the
 // connection).
-func AwaitTakeover(ctx context.Context, q Querier, key Key, old Session, term Termination, o AwaitOptions) (Takeover, error) {
+func AwaitTakeover(ctx context.Context, conn *pgx.Conn, key Key, old Session, term Termination, o AwaitOptions) (Takeover, error) {
 	if o.Poll <= 0 {
 		o.Poll = 10 * time.Millisecond
 	}
@@ -314,7 +314,7 @@ func AwaitTakeover(ctx context.Context, q Querier, key Key, old Session, term Te
 	f := Filter{Keys: []Key{key}}
 	for polls := 1; ; polls++ {
 		rctx, cancel := context.WithTimeout(ctx, o.ReadTimeout)
-		snap, err := Read(rctx, q, f)
+		snap, err := Read(rctx, conn, f)
 		cancel()
 		if err != nil {
 			return Takeover{}, fmt.Errorf("wait for a new holder of key %s: %w", key, err)

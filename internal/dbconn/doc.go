@@ -8,4 +8,6 @@
 // and a lease connection must behave the same with or without a pooler in
 // front. An empty DSN means what it means to libpq: PG* environment
 // variables, the pgpass file and service files, as pgx reads them.
+// (locks.Read sends its statement the same way, through pgconn, to ask for
+// binary rows.)
 package dbconn
