@@ -296,7 +296,7 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 			rep, err = nil, fmt.Errorf("%w: %w", ErrInterrupted, context.Cause(ctx))
 		}
 	}()
-	if err := p.notADatabase(); err != nil {
+	if err := dbconn.NotADatabase(p.a); err != nil {
 		return nil, err
 	}
 
@@ -607,16 +607,6 @@ func (p *run) listening() bool {
 	}
 	c.Close()
 	return true
-}
-
-// notADatabase refuses a DSN that reaches PgBouncer's admin console, which
-// answers to its own commands only: it says so in its server_version.
-func (p *run) notADatabase() error {
-	if v := p.a.PgConn().ParameterStatus("server_version"); strings.HasSuffix(v, "/bouncer") {
-		return errkind.New(errkind.Input, fmt.Sprintf("%s, database %s, is PgBouncer's admin console (PgBouncer %s), not a database: probe the database your workers use through that PgBouncer (its dbname in the DSN)",
-			p.target, p.opts.ConnConfig.Database, strings.TrimSuffix(v, "/bouncer")))
-	}
-	return nil
 }
 
 // unreachableBehind returns an error of kind Unavailable when A's first

@@ -3,9 +3,11 @@ package dbconn
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/leasectl/leasectl/internal/errkind"
 )
 
 // Identity names the server that ran a statement: the cluster (the system
@@ -87,11 +89,31 @@ func (s *ServerInfo) Dest() []any {
 	return []any{&s.Version, &s.VersionNum, &s.Addr, &s.Port, &s.Database, &s.User, &s.BackendPID, &s.SystemID, &s.StartedAt, &s.InRecovery}
 }
 
-// Server reads ServerInfo in one round trip.
+// Server reads ServerInfo in one round trip. A connection to PgBouncer's
+// admin console is refused first, with a NotADatabase error.
 func Server(ctx context.Context, conn *pgx.Conn) (ServerInfo, error) {
 	var s ServerInfo
+	if err := NotADatabase(conn); err != nil {
+		return s, err
+	}
 	if err := conn.QueryRow(ctx, "SELECT "+ServerColumns).Scan(s.Dest()...); err != nil {
 		return s, fmt.Errorf("read server info: %w", err)
 	}
 	return s, nil
+}
+
+// NotADatabase returns an error of kind errkind.Input when conn reached
+// PgBouncer's admin console (the database "pgbouncer" of a PgBouncer), which
+// answers only PgBouncer's own commands, in the simple query protocol: no
+// lease, probe or reading of locks can run there, and trying again does not
+// help. PgBouncer says so in the server_version it reports ("1.18.0/bouncer").
+// Nil for a database.
+func NotADatabase(conn *pgx.Conn) error {
+	v, ok := strings.CutSuffix(conn.PgConn().ParameterStatus("server_version"), "/bouncer")
+	if !ok {
+		return nil
+	}
+	cfg := conn.Config()
+	return errkind.New(errkind.Input, fmt.Sprintf("%s, database %s, is PgBouncer's admin console (PgBouncer %s), not a database: "+
+		"give the database your workers use through that PgBouncer (its dbname in the DSN)", Addrs(&cfg.Config), cfg.Database, v))
 }
