@@ -581,7 +581,7 @@ func (p *run) connectFailed(which string, err error) error {
 			p.target, pgErr.Message, 1+p.opts.Contenders), errkind.Unavailable)
 	}
 	var ce *dbconn.ConnectError
-	if which == "" && errors.As(err, &ce) && ce.TimedOut() && p.listening() {
+	if which == "" && errors.As(err, &ce) && ce.TimedOut() && ce.Accepted {
 		return errkind.Mark(fmt.Errorf("connect to %s: it accepted the connection but did not complete the login within %s: a pooler there waits for a connection to the database server behind it (is that server running, and is the pooler pointed at it?), or the server is overloaded",
 			p.target, p.opts.Timeout), errkind.Unavailable)
 	}
@@ -589,24 +589,6 @@ func (p *run) connectFailed(which string, err error) error {
 		return fmt.Errorf("%s: %w", which, err)
 	}
 	return err
-}
-
-// listening reports whether something accepts connections at the DSN's
-// first address, within a second: after a login that timed out, it tells
-// a listener that does not log clients in (a pooler waiting for its
-// server) from an address where nothing answers.
-func (p *run) listening() bool {
-	cfg := &p.opts.ConnConfig.Config
-	network, addr := "tcp", net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
-	if strings.HasPrefix(cfg.Host, "/") {
-		network, addr = "unix", dbconn.Addr(cfg)
-	}
-	c, err := net.DialTimeout(network, addr, time.Second)
-	if err != nil {
-		return false
-	}
-	c.Close()
-	return true
 }
 
 // unreachableBehind returns an error of kind Unavailable when A's first

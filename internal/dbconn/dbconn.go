@@ -33,11 +33,15 @@ func (e *DSNError) Error() string {
 // socket that was tried; the message says what to check, and never shows
 // a password of the DSN or the one pgx found in PGPASSWORD or a pgpass file.
 type ConnectError struct {
-	Addr    string
-	User    string
-	Err     error
-	hint    string
-	secrets []string
+	Addr string
+	User string
+	Err  error
+	// Accepted: something at the address accepted the connection before
+	// the attempt failed, so it failed in the login (a pooler that waits
+	// for its server, say), not on the way there.
+	Accepted bool
+	hint     string
+	secrets  []string
 }
 
 func (e *ConnectError) Error() string {
@@ -127,7 +131,11 @@ func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 	c.DialFunc = d.Dial
 	conn, err := pgx.ConnectConfig(ctx, c)
 	if err != nil {
-		return nil, newConnectError(cfg, err)
+		ce := newConnectError(cfg, err)
+		if d.accepted.Load() {
+			ce.accepted()
+		}
+		return nil, ce
 	}
 	d.established.Store(true)
 	return conn, nil
@@ -142,6 +150,8 @@ var errNoCancel = errors.New("leasectl sends no cancel requests (PgBouncer 1.18 
 type noCancelDialer struct {
 	dial        pgconn.DialFunc
 	established atomic.Bool
+	// accepted: a dial succeeded.
+	accepted atomic.Bool
 }
 
 // Dial is the connection's pgconn.DialFunc.
@@ -149,10 +159,15 @@ func (d *noCancelDialer) Dial(ctx context.Context, network, addr string) (net.Co
 	if d.established.Load() {
 		return nil, errNoCancel
 	}
-	if d.dial == nil {
-		return (&net.Dialer{KeepAlive: 5 * time.Minute}).DialContext(ctx, network, addr)
+	dial := d.dial
+	if dial == nil {
+		dial = (&net.Dialer{KeepAlive: 5 * time.Minute}).DialContext
 	}
-	return d.dial(ctx, network, addr)
+	conn, err := dial(ctx, network, addr)
+	if err == nil {
+		d.accepted.Store(true)
+	}
+	return conn, err
 }
 
 // Addr renders the first host of cfg as host:port, or the socket path for a
@@ -195,7 +210,7 @@ func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
 	case errors.As(err, &pgErr) && pgErr.Code == "53300":
 		ce.hint = "the server has no free connection slots: raise max_connections or close idle sessions"
 	case ce.TimedOut():
-		ce.hint = "no answer in time: is the host reachable and the port right?"
+		ce.hint = timeoutHint
 	case errors.Is(err, syscall.ECONNREFUSED):
 		ce.hint = "is the server running? check the host and port in the DSN"
 	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
@@ -211,6 +226,20 @@ func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
 	}
 	return ce
 }
+
+// accepted marks e as an attempt whose connection was accepted: a timeout
+// then happened in the login, where a pooler waits for the server behind
+// it, and the host and port are not in question.
+func (e *ConnectError) accepted() {
+	e.Accepted = true
+	if e.TimedOut() && e.hint == timeoutHint {
+		e.hint = "it accepted the connection but did not complete the login in time: a pooler there waits for the database server behind it, " +
+			"which is down or not the one it should point at; or the server is overloaded"
+	}
+}
+
+// timeoutHint is the hint of an attempt that timed out.
+const timeoutHint = "no answer in time: is the host reachable and the port right?"
 
 // isProtocolError reports whether err is pgx's complaint about bytes that
 // are not the PostgreSQL protocol (an HTTP server, say). pgproto3 does not
