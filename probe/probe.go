@@ -582,8 +582,8 @@ func (p *run) connectFailed(which string, err error) error {
 	}
 	var ce *dbconn.ConnectError
 	if which == "" && errors.As(err, &ce) && ce.TimedOut() && ce.Accepted {
-		return errkind.Mark(fmt.Errorf("connect to %s: it accepted the connection but did not complete the login within %s: a pooler there waits for a connection to the database server behind it (is that server running, and is the pooler pointed at it?), or the server is overloaded",
-			p.target, p.opts.Timeout), errkind.Unavailable)
+		return errkind.Mark(fmt.Errorf("connect to %s: it accepted the connection but did not complete the login within %s: %s",
+			p.target, p.opts.Timeout, dbconn.LoginWait), errkind.Unavailable)
 	}
 	if which != "" {
 		return fmt.Errorf("%s: %w", which, err)

@@ -131,11 +131,7 @@ func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 	c.DialFunc = d.Dial
 	conn, err := pgx.ConnectConfig(ctx, c)
 	if err != nil {
-		ce := newConnectError(cfg, err)
-		if d.accepted.Load() {
-			ce.accepted()
-		}
-		return nil, ce
+		return nil, newConnectError(cfg, err, d.accepted.Load())
 	}
 	d.established.Store(true)
 	return conn, nil
@@ -191,8 +187,8 @@ func Addrs(cfg *pgconn.Config) string {
 	return strings.Join(addrs, ",")
 }
 
-func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
-	ce := &ConnectError{Addr: Addrs(&cfg.Config), User: cfg.User, Err: err, secrets: Secrets(cfg.ConnString())}
+func newConnectError(cfg *pgx.ConnConfig, err error, accepted bool) *ConnectError {
+	ce := &ConnectError{Addr: Addrs(&cfg.Config), User: cfg.User, Err: err, Accepted: accepted, secrets: Secrets(cfg.ConnString())}
 	if cfg.Password != "" {
 		ce.secrets = append(ce.secrets, cfg.Password)
 		slices.SortStableFunc(ce.secrets, func(a, b string) int { return len(b) - len(a) })
@@ -209,8 +205,11 @@ func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
 			cfg.User, cfg.Database, pgx.Identifier{cfg.Database}.Sanitize(), pgx.Identifier{cfg.User}.Sanitize())
 	case errors.As(err, &pgErr) && pgErr.Code == "53300":
 		ce.hint = "the server has no free connection slots: raise max_connections or close idle sessions"
+	case ce.TimedOut() && accepted:
+		// The host and port are right: the login is what never ended.
+		ce.hint = "it accepted the connection but did not complete the login in time: " + LoginWait
 	case ce.TimedOut():
-		ce.hint = timeoutHint
+		ce.hint = "no answer in time: is the host reachable and the port right?"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		ce.hint = "is the server running? check the host and port in the DSN"
 	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
@@ -227,19 +226,10 @@ func newConnectError(cfg *pgx.ConnConfig, err error) *ConnectError {
 	return ce
 }
 
-// accepted marks e as an attempt whose connection was accepted: a timeout
-// then happened in the login, where a pooler waits for the server behind
-// it, and the host and port are not in question.
-func (e *ConnectError) accepted() {
-	e.Accepted = true
-	if e.TimedOut() && e.hint == timeoutHint {
-		e.hint = "it accepted the connection but did not complete the login in time: a pooler there waits for the database server behind it, " +
-			"which is down or not the one it should point at; or the server is overloaded"
-	}
-}
-
-// timeoutHint is the hint of an attempt that timed out.
-const timeoutHint = "no answer in time: is the host reachable and the port right?"
+// LoginWait says why a connection that was accepted may never complete its
+// login.
+const LoginWait = "a pooler there waits for a connection to the database server behind it: is that server running, " +
+	"and is the pooler pointed at it? Or the server is overloaded"
 
 // isProtocolError reports whether err is pgx's complaint about bytes that
 // are not the PostgreSQL protocol (an HTTP server, say). pgproto3 does not
