@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -125,11 +126,18 @@ func Parse(dsn string, timeout time.Duration) (*pgx.ConnConfig, error) {
 // closes its connection instead; the server notices the closed socket at
 // its next write, or sooner where client_connection_check_interval is set
 // (the lease sets it on its sessions).
+//
+// Where cfg names one address, a socket or an IP address, Connect dials it
+// before pgx prepares the connection (pgx builds its type registry first,
+// half a millisecond in a new process), so that the server forks the
+// session's backend meanwhile.
 func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 	c := cfg.Copy()
 	d := &noCancelDialer{dial: c.DialFunc}
 	c.DialFunc = d.Dial
+	d.dialEarly(ctx, c)
 	conn, err := pgx.ConnectConfig(ctx, c)
+	d.dropEarly()
 	if err != nil {
 		return nil, newConnectError(cfg, err, d.accepted.Load())
 	}
@@ -148,6 +156,74 @@ type noCancelDialer struct {
 	established atomic.Bool
 	// accepted: a dial succeeded.
 	accepted atomic.Bool
+
+	// early is the dial made before pgx asked for it (dialEarly), until
+	// pgx takes it or Connect drops it.
+	mu    sync.Mutex
+	early *earlyDial
+}
+
+// earlyDial is a dial's outcome, kept for pgx's first dial of that address.
+type earlyDial struct {
+	network, addr string
+	conn          net.Conn
+	err           error
+}
+
+// dialFunc is d's way to dial: the config's DialFunc, else a TCP dialer
+// with keepalives.
+func (d *noCancelDialer) dialFunc() pgconn.DialFunc {
+	if d.dial != nil {
+		return d.dial
+	}
+	return (&net.Dialer{KeepAlive: 5 * time.Minute}).DialContext
+}
+
+// dialEarly dials the address pgx will dial first, when cfg has one
+// address (fallbacks that differ only in TLS go to the same one) and it
+// needs no name lookup. Anything else waits for pgx.
+func (d *noCancelDialer) dialEarly(ctx context.Context, cfg *pgx.ConnConfig) {
+	for _, fb := range cfg.Fallbacks {
+		if fb.Host != cfg.Host || fb.Port != cfg.Port {
+			return
+		}
+	}
+	if !strings.HasPrefix(cfg.Host, "/") && net.ParseIP(cfg.Host) == nil {
+		return
+	}
+	if cfg.ConnectTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.ConnectTimeout)
+		defer cancel()
+	}
+	network, addr := pgconn.NetworkAddress(cfg.Host, cfg.Port)
+	conn, err := d.dialFunc()(ctx, network, addr)
+	d.mu.Lock()
+	d.early = &earlyDial{network: network, addr: addr, conn: conn, err: err}
+	d.mu.Unlock()
+}
+
+// takeEarly returns the early dial of network and addr, once.
+func (d *noCancelDialer) takeEarly(network, addr string) *earlyDial {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e := d.early
+	if e == nil || e.network != network || e.addr != addr {
+		return nil
+	}
+	d.early = nil
+	return e
+}
+
+// dropEarly closes an early connection that pgx never asked for.
+func (d *noCancelDialer) dropEarly() {
+	d.mu.Lock()
+	e := d.early
+	d.early = nil
+	d.mu.Unlock()
+	if e != nil && e.conn != nil {
+		e.conn.Close()
+	}
 }
 
 // Dial is the connection's pgconn.DialFunc.
@@ -155,11 +231,13 @@ func (d *noCancelDialer) Dial(ctx context.Context, network, addr string) (net.Co
 	if d.established.Load() {
 		return nil, errNoCancel
 	}
-	dial := d.dial
-	if dial == nil {
-		dial = (&net.Dialer{KeepAlive: 5 * time.Minute}).DialContext
+	var conn net.Conn
+	var err error
+	if e := d.takeEarly(network, addr); e != nil {
+		conn, err = e.conn, e.err
+	} else {
+		conn, err = d.dialFunc()(ctx, network, addr)
 	}
-	conn, err := dial(ctx, network, addr)
 	if err == nil {
 		d.accepted.Store(true)
 	}
