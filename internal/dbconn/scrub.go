@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // This file is the one place that knows where a DSN keeps its passwords:
@@ -127,6 +128,14 @@ type span struct{ from, to int }
 // whose boundaries are unclear has wider spans, so that a password's
 // pieces are inside them whichever way it was meant.
 func passwordSpans(dsn string) []span {
+	if !mayHoldPassword(dsn) {
+		return nil
+	}
+	return allPasswordSpans(dsn)
+}
+
+// allPasswordSpans is passwordSpans without the shortcut.
+func allPasswordSpans(dsn string) []span {
 	var out []span
 	add := func(from, to int) {
 		if to > from {
@@ -195,6 +204,20 @@ func passwordSpans(dsn string) []span {
 		}
 	}
 	return merge(out)
+}
+
+// mayHoldPassword is false when dsn has none of what every password span
+// below starts from: an "@" (userinfo, a host value), a "password" key in
+// any case, or a %-escaped URL key. Non-ASCII text is checked in full, as
+// case folding reaches it. It spares the common DSN the regexps, which a
+// command compiles at its first use.
+func mayHoldPassword(dsn string) bool {
+	for i := 0; i < len(dsn); i++ {
+		if c := dsn[i]; c >= utf8.RuneSelf || c == '@' || c == '%' {
+			return true
+		}
+	}
+	return strings.Contains(strings.ToLower(dsn), "password")
 }
 
 // kvValueEnd returns where the key=value value that starts at from ends, as

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -202,5 +203,31 @@ func TestHasPassword(t *testing.T) {
 		if got := HasPassword(dsn); got != want {
 			t.Errorf("HasPassword(%q) = %v, want %v", dsn, got, want)
 		}
+	}
+}
+
+// TestPasswordShortcutMissesNothing: the DSNs that mayHoldPassword clears
+// have no password span by the full rules, however their pieces combine.
+func TestPasswordShortcutMissesNothing(t *testing.T) {
+	pieces := []string{"postgres://", "postgresql://", "host=", "db", " ", "user=", "app", ":", "/", "?", "&",
+		"=", "'", `\`, "pass", "word", "PASSWORD", "ssl", "passfile=", "x", "\t", "#", "+", "@", "%77", "ſ", "K"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	cleared := 0
+	for range 200000 {
+		var b strings.Builder
+		for range rng.IntN(12) {
+			b.WriteString(pieces[rng.IntN(len(pieces))])
+		}
+		dsn := b.String()
+		if mayHoldPassword(dsn) {
+			continue
+		}
+		cleared++
+		if spans := allPasswordSpans(dsn); len(spans) > 0 {
+			t.Fatalf("%q: cleared by the shortcut, but the full rules find %v", dsn, spans)
+		}
+	}
+	if cleared < 1000 {
+		t.Fatalf("only %d DSNs cleared: the test no longer exercises the shortcut", cleared)
 	}
 }
