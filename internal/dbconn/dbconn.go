@@ -132,6 +132,7 @@ func Parse(dsn string, timeout time.Duration) (*pgx.ConnConfig, error) {
 // half a millisecond in a new process), so that the server forks the
 // session's backend meanwhile.
 func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
+	ctx = context.WithValue(ctx, connecting{}, true)
 	c := cfg.Copy()
 	d := &noCancelDialer{dial: c.DialFunc}
 	c.DialFunc = d.Dial
@@ -148,9 +149,14 @@ func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 // errNoCancel is what pgx gets when it tries to dial for a cancel request.
 var errNoCancel = errors.New("leasectl sends no cancel requests (PgBouncer 1.18 crashes on bursts of them); the interrupted connection is closed instead")
 
+// connecting marks the context of a Connect: its dials open a connection.
+// A config taken from an open connection (conn.Config()) dials through that
+// connection's noCancelDialer, which must then let them pass.
+type connecting struct{}
+
 // noCancelDialer dials only until its connection is established: pgx dials
-// again after that only to send a cancel request. Each connection has its
-// own.
+// again after that only to send a cancel request, outside a Connect. Each
+// connection has its own.
 type noCancelDialer struct {
 	dial        pgconn.DialFunc
 	established atomic.Bool
@@ -228,7 +234,7 @@ func (d *noCancelDialer) dropEarly() {
 
 // Dial is the connection's pgconn.DialFunc.
 func (d *noCancelDialer) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	if d.established.Load() {
+	if d.established.Load() && ctx.Value(connecting{}) == nil {
 		return nil, errNoCancel
 	}
 	var conn net.Conn

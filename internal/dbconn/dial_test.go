@@ -123,3 +123,33 @@ func TestConnectDialsEachAttemptOnce(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TestAnOpenConnectionsConfigConnectsAgain: a config taken from an open
+// connection (conn.Config(), as a command does to ask a pooler again)
+// opens a new connection, while the open one still sends no cancel
+// request.
+func TestAnOpenConnectionsConfigConnectsAgain(t *testing.T) {
+	l := testLab.Get(t)
+	cfg, err := dbconn.Parse(l.SocketDSN(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := dbconn.Connect(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	again, err := dbconn.Connect(ctx, conn.Config())
+	if err != nil {
+		t.Fatalf("connecting with the open connection's config: %v", err)
+	}
+	defer again.Close(context.Background())
+	if a, b := conn.PgConn().PID(), again.PgConn().PID(); a == b {
+		t.Fatalf("one backend (%d) for both connections", a)
+	}
+	if err := conn.PgConn().CancelRequest(ctx); err == nil || !strings.Contains(err.Error(), "sends no cancel requests") {
+		t.Errorf("cancel request: %v, want it refused", err)
+	}
+}
