@@ -102,6 +102,14 @@ func runTree(ctx context.Context, app *App, root *cobra.Command, args []string) 
 	c, err := root.ExecuteContextC(ctx)
 	if err != nil {
 		var connErr *dbconn.ConnectError
+		var first *dbconn.FirstStatementError
+		if errors.As(err, &first) && ctx.Err() == nil {
+			// A pooler that cannot reach its server keeps the first
+			// statement waiting, or says so: ask it again.
+			if why := dbconn.UnreachableBehind(ctx, first.Config, first.Err, app.Global.Timeout); why != nil {
+				err = why
+			}
+		}
 		if errors.As(err, &connErr) && connErr.TimedOut() {
 			err = fmt.Errorf("%w; raise --timeout (now %s) if the network is slow", err, app.Global.Timeout)
 		} else if errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &connErr) && ctx.Err() == nil {

@@ -55,9 +55,6 @@ const (
 	// the timeouts formatted into it as integers (no parameters).
 	releaseWaitSQL = `SET LOCAL statement_timeout = %[1]d; SET LOCAL lock_timeout = %[2]d;
 SELECT pg_backend_pid(), ` + dbconn.IdentityColumns + `, pg_advisory_lock(%[3]d::bigint) IS NULL, pg_advisory_unlock(%[3]d::bigint)`
-	// askAgainSQL is the trivial statement of a fresh connection that asks
-	// a pooler whether it can reach its server.
-	askAgainSQL = `SELECT 1`
 	// pgpoolNodesSQL is pgpool-II's own command; PostgreSQL rejects it.
 	pgpoolNodesSQL = `SHOW pool_nodes`
 	// pgpoolLBSQL and pgpoolModeSQL are pgpool-II's view of two of its

@@ -311,7 +311,7 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 		if ctx.Err() != nil {
 			return rep, nil // the deferred cleanup makes this ErrInterrupted
 		}
-		if err := p.unreachableBehind(ctx, err); err != nil {
+		if err := dbconn.UnreachableBehind(ctx, p.connConfig(), err, p.opts.Timeout); err != nil {
 			return nil, err
 		}
 		rep.Checks[0] = fail(CheckConnect, Liveness, connected+", but "+p.firstStatementFailed(err))
@@ -589,45 +589,6 @@ func (p *run) connectFailed(which string, err error) error {
 		return fmt.Errorf("%s: %w", which, err)
 	}
 	return err
-}
-
-// unreachableBehind returns an error of kind Unavailable when A's first
-// statement failed because what accepted the connection (a pooler) cannot
-// reach the database server behind it: the pooler says so (a connection
-// exception, SQLSTATE class 08), or, after no answer at all, a fresh
-// connection's statement gets that answer at once. PgBouncer keeps a
-// client that came first waiting while it retries the server, and tells
-// later ones straight away. Nil when it is not that.
-func (p *run) unreachableBehind(ctx context.Context, err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = p.askAgain(ctx)
-	}
-	var pgErr *pgconn.PgError
-	if err == nil || !errors.As(err, &pgErr) || !strings.HasPrefix(pgErr.Code, "08") {
-		return nil
-	}
-	return errkind.Mark(fmt.Errorf("%s accepted the connection, but the database server behind it cannot be reached: %s: %s (SQLSTATE %s): is that server running, and is the pooler pointed at it?",
-		p.target, strings.ToLower(pgErr.Severity), pgErr.Message, pgErr.Code), errkind.Unavailable)
-}
-
-// askAgain opens a connection of its own and runs one trivial statement,
-// bounded by a second: the error it gets, or nil.
-func (p *run) askAgain(ctx context.Context) error {
-	cctx, cancel := p.step(ctx)
-	defer cancel()
-	conn, err := dbconn.Connect(cctx, p.connConfig())
-	if err != nil {
-		var ce *dbconn.ConnectError
-		if errors.As(err, &ce) {
-			return ce.Err
-		}
-		return err
-	}
-	defer conn.Close(context.Background())
-	sctx, scancel := context.WithTimeout(cctx, min(time.Second, p.opts.Timeout))
-	defer scancel()
-	var one int
-	return conn.QueryRow(sctx, askAgainSQL).Scan(&one)
 }
 
 // firstStatementFailed says why A's first statement failed, when the DSN

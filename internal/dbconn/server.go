@@ -2,11 +2,13 @@ package dbconn
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/leasectl/leasectl/internal/errkind"
 )
 
@@ -90,16 +92,69 @@ func (s *ServerInfo) Dest() []any {
 }
 
 // Server reads ServerInfo in one round trip. A connection to PgBouncer's
-// admin console is refused first, with a NotADatabase error.
+// admin console is refused first, with a NotADatabase error. When the
+// statement fails, the error is a *FirstStatementError.
 func Server(ctx context.Context, conn *pgx.Conn) (ServerInfo, error) {
 	var s ServerInfo
 	if err := NotADatabase(conn); err != nil {
 		return s, err
 	}
 	if err := conn.QueryRow(ctx, "SELECT "+ServerColumns).Scan(s.Dest()...); err != nil {
-		return s, fmt.Errorf("read server info: %w", err)
+		return s, &FirstStatementError{Config: conn.Config(), Err: err}
 	}
 	return s, nil
+}
+
+// FirstStatementError is the first statement of a connection failing (its
+// server info, [Server]). Config is the connection's, for a caller that
+// asks again on a fresh one ([UnreachableBehind]).
+type FirstStatementError struct {
+	Config *pgx.ConnConfig
+	Err    error
+}
+
+func (e *FirstStatementError) Error() string { return "read server info: " + e.Err.Error() }
+func (e *FirstStatementError) Unwrap() error { return e.Err }
+
+// UnreachableBehind returns an error of kind errkind.Unavailable when a
+// connection's first statement failed (err) because what accepted the
+// connection, a pooler, cannot reach the database server behind it: the
+// pooler says so (a connection exception, SQLSTATE class 08), or, after no
+// answer at all, a fresh connection's statement gets that answer at once.
+// PgBouncer keeps the client that came first waiting while it retries the
+// server, and tells later ones straight away. The fresh connection has
+// timeout to connect and at most a second for its statement. Nil when it
+// is not that.
+func UnreachableBehind(ctx context.Context, cfg *pgx.ConnConfig, err error, timeout time.Duration) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = askAgain(ctx, cfg, timeout)
+	}
+	var pgErr *pgconn.PgError
+	if err == nil || !errors.As(err, &pgErr) || !strings.HasPrefix(pgErr.Code, "08") {
+		return nil
+	}
+	return errkind.Mark(fmt.Errorf("%s accepted the connection, but the database server behind it cannot be reached: %s: %s (SQLSTATE %s): is that server running, and is the pooler pointed at it?",
+		Addrs(&cfg.Config), strings.ToLower(pgErr.Severity), pgErr.Message, pgErr.Code), errkind.Unavailable)
+}
+
+// askAgain opens a connection of its own and runs one trivial statement:
+// the error it gets, or nil.
+func askAgain(ctx context.Context, cfg *pgx.ConnConfig, timeout time.Duration) error {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := Connect(cctx, cfg)
+	if err != nil {
+		var ce *ConnectError
+		if errors.As(err, &ce) {
+			return ce.Err
+		}
+		return err
+	}
+	defer conn.Close(context.Background())
+	sctx, scancel := context.WithTimeout(cctx, min(time.Second, timeout))
+	defer scancel()
+	var one int
+	return conn.QueryRow(sctx, "SELECT 1").Scan(&one)
 }
 
 // NotADatabase returns an error of kind errkind.Input when conn reached
