@@ -12,7 +12,8 @@ import (
 // (transaction mode) stopped, PgBouncer still accepts the login and keeps
 // the first statement waiting while it retries the server. Every command
 // then says that the server behind the pooler cannot be reached, exit 3,
-// as the probe does, and not that the pooler had no free connection.
+// as the probe does, and not that the pooler had no free connection (the
+// first) or PgBouncer's bare 08P01 (the others).
 func TestServerDownBehindTransactionPooler(t *testing.T) {
 	ctx := context.Background()
 	l, err := lab.Start(ctx, lab.Options{Poolers: []lab.PoolerSpec{{Name: "t", Mode: lab.Transaction, PoolSize: 5}}})
@@ -32,6 +33,9 @@ func TestServerDownBehindTransactionPooler(t *testing.T) {
 		{"who", "--all"},
 		{"who", "poller"},
 		{"history", "poller"},
+		{"failover", "poller", "--yes"},
+		{"fence", "init"},
+		{"verify"},
 		{"probe"},
 		{"who", "--all"},
 	} {
