@@ -164,7 +164,10 @@ type noCancelDialer struct {
 	accepted atomic.Bool
 
 	// early is the dial made before pgx asked for it (dialEarly), until
-	// pgx takes it or Connect drops it.
+	// pgx takes it or Connect drops it. mu guards it: pgx may dial from
+	// another goroutine while Connect runs (a cancel request when a
+	// connection attempt breaks off, go test -race shows it in the lease's
+	// restart tests).
 	mu    sync.Mutex
 	early *earlyDial
 }
