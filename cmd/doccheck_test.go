@@ -117,6 +117,15 @@ func (d *docLab) worker(t *testing.T, app string) *pgx.Conn {
 	return pgtest.Conn(t, d.as("app", "app"), app)
 }
 
+// termRecord creates the term record (schema leasectl) in database app,
+// as `leasectl fence init` does.
+func (d *docLab) termRecord(t *testing.T) {
+	t.Helper()
+	if res := runCLI(t, nil, "--dsn", d.dsn, "fence", "init"); res.Code != ExitOK {
+		t.Fatalf("fence init: exit %d: %s", res.Code, res.Stderr)
+	}
+}
+
 // appRole creates the login role app the pages' workers run as.
 func (d *docLab) appRole(t *testing.T) { pgtest.Login(t, d.l, "app", "doccheck-app-pw") }
 
@@ -364,14 +373,30 @@ func init() {
 	}
 
 	// Workers of their own: poller-7f9c leads poller, poller-b21e waits;
-	// no one leads scheduler. PgBouncer in transaction mode.
+	// no one leads scheduler. PgBouncer in transaction mode. The database
+	// has the term record, which changes nothing for such workers.
 	docScenarios["verify-drill"] = func(t *testing.T, d *docLab) {
 		d.writeKeys(t, "poller", "scheduler")
 		d.env["LEASECTL_KEYS"] = d.keys
 		d.env["PGBOUNCER_TX_DSN"] = d.l.PoolerDSN("transaction")
 		d.appRole(t)
+		d.termRecord(t)
 		hold(t, d.worker(t, "poller-7f9c"), docPoller)
 		waitFor(t, d, d.worker(t, "poller-b21e"), docPoller)
+	}
+
+	// The term record exists; workers of their own lead poller
+	// (poller-7f9c, with poller-b21e queued) and a leasectl run
+	// (reconciler@vm1) leads reconciler in its first term; scheduler is
+	// free.
+	docScenarios["who-own-elector-with-terms"] = func(t *testing.T, d *docLab) {
+		d.appRole(t)
+		d.termRecord(t)
+		hold(t, d.worker(t, "poller-7f9c"), docPoller)
+		waitFor(t, d, d.worker(t, "poller-b21e"), docPoller)
+		f := newRunFixture(t, "reconciler", docReconciler)
+		startRun(t, d.runEnvOf("leasectl run reconciler@vm1"), append([]string{"--role", "reconciler", "--"}, f.witnessArgs()...)...)
+		f.next(leasetest.Start)
 	}
 
 	// Five terms of poller, as the page tells: a run that finishes; a

@@ -409,6 +409,8 @@ func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, beg
 		}
 		var noTerm *term.NoTermError
 		switch {
+		case began != nil && began.Other:
+			line(&b, paint(st.OK, "✓"), "pid %d leads %s by holding its key: it is not a lease of leasectl (it holds no lease mark), so it begins no term", began.Holder.PID, name)
 		case began != nil:
 			line(&b, paint(st.OK, "✓"), "pid %d began term %d of %s within %s %s (server clock): its work runs from then on", began.Holder.PID, began.Term.Epoch, name, fmtMillis(began.After), since)
 		case errors.As(waitErr, &noTerm):
@@ -428,7 +430,7 @@ func renderFailover(w io.Writer, st styles, color bool, res *locks.Failover, beg
 		}
 		line(&b, paint(st.Fail, "✗"), "no stand-by took over %s within %s: %s", name, wait, state)
 	}
-	if res.Termination != nil && began == nil {
+	if res.Termination != nil && (began == nil || began.Other) {
 		fmt.Fprintf(&b, "\n%s\n", wrapIndented(0, "The old holder's program may still be stopping: a leasectl run or lease package stand-by waits for it (the stop fence); other workers notice at their next heartbeat.", width))
 		if t.ViaProxy {
 			fmt.Fprintf(&b, "%s\n", wrapIndented(0, fmt.Sprintf("Through the pooler, what was terminated is the pooler's server connection pid %d, not the worker's client connection.", res.Termination.PID), width))
@@ -454,7 +456,8 @@ type failoverCmdJSON struct {
 // began.
 type newTermJSON struct {
 	// Term is the new leader's term, with the term record; null without
-	// it, and when none began.
+	// it, when none began, and when the new holder is not a lease of
+	// leasectl (it begins none).
 	Term             *failoverTermJSON `json:"term"`
 	TermBeganAfterMS *float64          `json:"term_began_after_ms"`
 	// NoTermReason says what the new holder still waited for when no term
@@ -474,6 +477,8 @@ type failoverTermJSON struct {
 func (j *newTermJSON) addTerm(began *term.Began, err error) {
 	var noTerm *term.NoTermError
 	switch {
+	case began != nil && began.Other:
+		// Not a lease of leasectl: it begins no term.
 	case began != nil:
 		t := began.Term
 		j.Term = &failoverTermJSON{Epoch: t.Epoch, TermID: t.ID, Began: t.Began, HolderPID: int64(t.Holder.BackendPID)}

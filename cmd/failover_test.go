@@ -81,7 +81,7 @@ func alive(t *testing.T, pid int32) bool {
 func itoa(pid int32) string { return strconv.Itoa(int(pid)) }
 
 func TestFailoverMovesTheLeaseToTheStandBy(t *testing.T) {
-	withoutTermRecord(t) // plain stand-bys, which begin no term
+	withTermRecord(t) // plain stand-bys, which begin no term and lead by holding the key
 	_, oldPID := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	bystander := pgtest.Conn(t, needLab(t).DirectDSN(), "bystander")
 	newPID, _ := standBy(t, "poller-b", foPollerKey)
@@ -163,7 +163,7 @@ func TestFailoverWithoutYesOnNonTerminalTerminatesNothing(t *testing.T) {
 }
 
 func TestFailoverAsksOnATerminal(t *testing.T) {
-	withoutTermRecord(t) // plain stand-bys, which begin no term
+	withTermRecord(t) // plain stand-bys, which begin no term and lead by holding the key
 	_, pid := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	standByPID, _ := standBy(t, "poller-b", foPollerKey)
 	args := []string{"--dsn", needLab(t).DirectDSN(), "--keys", foKeys(t), "failover", "poller", "--force"}
@@ -305,7 +305,7 @@ func TestFailoverRefusesAStandbyServer(t *testing.T) {
 // holds a stranded lock, leasectl's own statements run on the holder:
 // refused.
 func TestFailoverThroughPoolers(t *testing.T) {
-	withoutTermRecord(t) // plain stand-bys, which begin no term
+	withTermRecord(t) // plain stand-bys, which begin no term and lead by holding the key
 	ctx := context.Background()
 	client, _ := leader(t, needLab(t).PoolerDSN("session"), "pooled-worker", foPollerKey)
 	standByPID, _ := standBy(t, "poller-b", foPollerKey)
@@ -432,7 +432,7 @@ func TestFailoverAsksTheLeaderToStepDown(t *testing.T) {
 // listen for the request (not a lease of leasectl's) is terminated once
 // --timeout has passed.
 func TestFailoverTerminatesALeaderThatDoesNotAnswer(t *testing.T) {
-	withoutTermRecord(t) // plain stand-bys, which begin no term
+	withTermRecord(t) // plain stand-bys, which begin no term and lead by holding the key
 	_, pid := leader(t, needLab(t).DirectDSN(), "old-worker", foPollerKey)
 	standByPID, _ := standBy(t, "poller-b", foPollerKey)
 	res := runCLI(t, nil, "--timeout", "1s", "--dsn", needLab(t).DirectDSN(), "--keys", foKeys(t), "failover", "poller", "--yes")

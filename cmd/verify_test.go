@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/leasectl/leasectl/internal/pgtest"
 )
 
 // verifyCmd runs `leasectl --dsn DIRECT --keys KEYS verify ARGS...` with no
@@ -28,17 +26,8 @@ func twoRoles(t *testing.T) string {
 	return path
 }
 
-// forgetTerms drops the term record that other tests of the package
-// (leasectl run) created in the lab's database: these tests hold the keys
-// with plain sessions, which begin no term, and where the record exists
-// verify rightly fails such a holder.
-func forgetTerms(t *testing.T) {
-	t.Helper()
-	pgtest.Exec(t, pgtest.Conn(t, needLab(t).DirectDSN(), ""), "DROP SCHEMA IF EXISTS leasectl CASCADE")
-}
-
 func TestVerifyPassesOnAHealthyDeployment(t *testing.T) {
-	forgetTerms(t)
+	withTermRecord(t) // plain holders lead by holding the key, the record or not
 	_, pollerPID := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	_, schedulerPID := leader(t, needLab(t).DirectDSN(), "scheduler-a", foSchedulerKey)
 	pollerStandBy, _ := standBy(t, "poller-b", foPollerKey)
@@ -67,7 +56,7 @@ func TestVerifyPassesOnAHealthyDeployment(t *testing.T) {
 }
 
 func TestVerifyFailsWithTwoRolesUnheld(t *testing.T) {
-	forgetTerms(t)
+	withTermRecord(t) // plain holders lead by holding the key, the record or not
 	_, pid := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	res := verifyCmd(t, foKeys(t))
 	if res.Code != ExitCheckFailed {
@@ -113,7 +102,7 @@ func TestVerifyFailsWithTwoRolesUnheld(t *testing.T) {
 // TestVerifyFailsWhenThePoolerIsSafe: the session-mode pooler passes the
 // probe, so it is not the pooler to reject.
 func TestVerifyFailsWhenThePoolerIsSafe(t *testing.T) {
-	forgetTerms(t)
+	withTermRecord(t) // plain holders lead by holding the key, the record or not
 	leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	res := verifyCmd(t, foKeys(t), "poller", "--pooler-dsn", needLab(t).PoolerDSN("session"))
 	if res.Code != ExitCheckFailed {
@@ -127,7 +116,7 @@ func TestVerifyFailsWhenThePoolerIsSafe(t *testing.T) {
 }
 
 func TestVerifyFailoverNeedsConfirmation(t *testing.T) {
-	forgetTerms(t)
+	withTermRecord(t) // plain holders lead by holding the key, the record or not
 	_, pid := leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	res := verifyCmd(t, foKeys(t), "poller", "--failover")
 	if res.Code != ExitUsage || !strings.Contains(res.Stderr, "--yes") || res.Stdout != "" {
@@ -143,7 +132,7 @@ func TestVerifyFailoverNeedsConfirmation(t *testing.T) {
 }
 
 func TestVerifyNeverShowsThePoolerPassword(t *testing.T) {
-	forgetTerms(t)
+	withTermRecord(t) // plain holders lead by holding the key, the record or not
 	leader(t, needLab(t).DirectDSN(), "poller-a", foPollerKey)
 	const password = "verify-s3cret-pw"
 	dead := fmt.Sprintf("postgres://someone:%s@127.0.0.1:1/postgres?sslmode=disable", password)

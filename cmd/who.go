@@ -679,6 +679,8 @@ func termCells(p term.Place, placed bool) []string {
 	case !placed:
 	case p.Standing == term.StandingWaiting:
 		cells[0] = "WAITING"
+	case p.Standing == term.StandingOverdue:
+		cells[0] = "OVERDUE"
 	case p.Owns() || p.Open():
 		cells[0] = "e" + strconv.FormatInt(p.Term.Epoch, 10)
 		switch {

@@ -16,7 +16,7 @@ import (
 // prepared transaction have no leader: both fail, naming why; a key held
 // exclusively passes both.
 func TestWhoCheckAndVerifyAgreeOnOneLeader(t *testing.T) {
-	withoutTermRecord(t) // plain holders, judged by their locks alone
+	withTermRecord(t) // plain holders, judged by their locks alone
 	const (
 		leadKey     = 1840100901
 		sharedKey   = 1840100902

@@ -18,6 +18,7 @@ import (
 	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/lease"
+	"github.com/leasectl/leasectl/locks"
 )
 
 // withoutTermRecord drops the term record (schema leasectl), which the
@@ -64,6 +65,7 @@ type termLease struct {
 	starts chan lease.Session
 	mu     sync.Mutex
 	state  lease.State
+	pid    uint32 // the lease session's backend, as the last change said
 }
 
 // startTermLease runs a lease of role on key until the test ends, without the
@@ -77,7 +79,7 @@ func startTermLease(t *testing.T, role string, key int64) *termLease {
 		Preflight: func(context.Context, *pgx.ConnConfig) error { return nil },
 		OnStateChange: func(c lease.Change) {
 			l.mu.Lock()
-			l.state = c.To
+			l.state, l.pid = c.To, c.BackendPID
 			l.mu.Unlock()
 		}}
 	go func() {
@@ -111,6 +113,17 @@ func (l *termLease) nextStart(t *testing.T) lease.Session {
 	}
 }
 
+// backendPID is the lease session's backend pid.
+func (l *termLease) backendPID(t *testing.T) uint32 {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.pid == 0 {
+		t.Fatal("the lease has no session yet")
+	}
+	return l.pid
+}
+
 // waitState waits until the lease is in state.
 func (l *termLease) waitState(t *testing.T, state lease.State) {
 	t.Helper()
@@ -133,15 +146,18 @@ const (
 	wtWaitingKey = 1840500002
 	wtStaleKey   = 1840500003
 	wtFreeKey    = 1840500004
+	wtOverdueKey = 1840500005
 )
 
 // TestWhoShowsEachRolesTerm: with the term record, who shows the epoch of
-// a leader's term (a lease, live), a holder that has begun no term (a
-// plain session: WAITING) and one that stopped renewing its term (STALE),
-// and --check fails the last two, naming them.
+// a leader's term (a lease, live), nothing of the term for a holder that is
+// not a lease of leasectl (a plain session: it leads by holding the key),
+// OVERDUE for a lease that has held the key idle past its bound without a
+// term, and STALE for one that stopped renewing its term; --check fails the
+// last two, naming them.
 func TestWhoShowsEachRolesTerm(t *testing.T) {
 	keysPath := filepath.Join(t.TempDir(), "keys.yaml")
-	if err := os.WriteFile(keysPath, fmt.Appendf(nil, "roles:\n  live: %d\n  waiting: %d\n  stale: %d\n  free: %d\n", wtLiveKey, wtWaitingKey, wtStaleKey, wtFreeKey), 0o600); err != nil {
+	if err := os.WriteFile(keysPath, fmt.Appendf(nil, "roles:\n  live: %d\n  plain: %d\n  stale: %d\n  free: %d\n  overdue: %d\n", wtLiveKey, wtWaitingKey, wtStaleKey, wtFreeKey, wtOverdueKey), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	leader := startTermLease(t, "live", wtLiveKey).nextStart(t)
@@ -152,6 +168,13 @@ func TestWhoShowsEachRolesTerm(t *testing.T) {
 	withTermRecord(t)
 	plain := pgtest.Conn(t, needLab(t).DirectDSN(), "no-term-holder")
 	hold(t, plain, wtWaitingKey)
+	// A lease session (its mark says so, with a bound of 1 ms) that holds
+	// its key idle and never begins a term: a frozen stand-by.
+	frozenStandBy := pgtest.Conn(t, needLab(t).DirectDSN(), "frozen-standby")
+	if ok, err := locks.TakeMark(context.Background(), frozenStandBy, time.Millisecond); err != nil || !ok {
+		t.Fatalf("take the lease mark: %v, %v", ok, err)
+	}
+	hold(t, frozenStandBy, wtOverdueKey)
 	// Renewed never, and overdue once heartbeat interval + timeout + stop
 	// time (3 ms) have passed.
 	frozen, st := holdTermFrozen(t, wtStaleKey, "frozen-holder", timing.Lease{HeartbeatInterval: time.Millisecond, HeartbeatTimeout: time.Millisecond, StopTimeout: time.Millisecond})
@@ -160,7 +183,7 @@ func TestWhoShowsEachRolesTerm(t *testing.T) {
 	var res cliResult
 	for deadline := time.Now().Add(hang); ; time.Sleep(20 * time.Millisecond) {
 		res = who(t, keysPath)
-		if strings.Contains(res.Stdout, staleEpoch) || time.Now().After(deadline) {
+		if strings.Contains(res.Stdout, staleEpoch) && strings.Contains(res.Stdout, "OVERDUE") || time.Now().After(deadline) {
 			break
 		}
 	}
@@ -171,11 +194,12 @@ func TestWhoShowsEachRolesTerm(t *testing.T) {
 		t.Errorf("columns %q, want %q", h, termColumns)
 	}
 	row(t, res.Stdout, "live", strconv.Itoa(wtLiveKey), "HELD", epoch, strconv.Itoa(int(leader.BackendPID)))
-	row(t, res.Stdout, "waiting", strconv.Itoa(wtWaitingKey), "HELD", "WAITING", pidOf(t, plain), "no-term-holder")
+	row(t, res.Stdout, "plain", strconv.Itoa(wtWaitingKey), "HELD", "-", pidOf(t, plain), "no-term-holder", "-", "-")
+	row(t, res.Stdout, "overdue", strconv.Itoa(wtOverdueKey), "HELD", "OVERDUE", pidOf(t, frozenStandBy), "frozen-standby", "-", "-")
 	row(t, res.Stdout, "stale", strconv.Itoa(wtStaleKey), "HELD", "e"+strconv.FormatInt(st.Epoch, 10), "STALE", pidOf(t, frozen), "frozen-holder")
 	row(t, res.Stdout, "free", strconv.Itoa(wtFreeKey), "FREE", "-")
 	for _, want := range []string{
-		"term: waiting's holder pid " + pidOf(t, plain) + " has not begun a term: no term is open for it to wait for",
+		"term: overdue's holder pid " + pidOf(t, frozenStandBy) + ", a lease of leasectl, has held the key idle for",
 		"term: stale's holder pid " + pidOf(t, frozen) + " has not renewed its term " + strconv.FormatInt(st.Epoch, 10),
 	} {
 		if !strings.Contains(strings.Join(strings.Fields(res.Stdout), " "), want) {
@@ -191,11 +215,16 @@ func TestWhoShowsEachRolesTerm(t *testing.T) {
 	}
 	row(t, narrow.Stdout, "live", "HELD", epoch, strconv.Itoa(int(leader.BackendPID)))
 
-	if chk := who(t, keysPath, "live", "--check"); chk.Code != ExitOK {
-		t.Errorf("who live --check: exit %d, want 0\n%s%s", chk.Code, chk.Stdout, chk.Stderr)
+	if strings.Contains(res.Stdout, "plain's holder") {
+		t.Errorf("who says something of the term of a holder that is not a lease:\n%s", res.Stdout)
+	}
+	for _, role := range []string{"live", "plain"} {
+		if chk := who(t, keysPath, role, "--check"); chk.Code != ExitOK {
+			t.Errorf("who %s --check: exit %d, want 0\n%s%s", role, chk.Code, chk.Stdout, chk.Stderr)
+		}
 	}
 	for role, want := range map[string]string{
-		"waiting": "who --check: waiting's holder pid " + pidOf(t, plain) + " has not begun a term",
+		"overdue": "who --check: overdue's holder pid " + pidOf(t, frozenStandBy) + ", a lease of leasectl, has held the key idle for",
 		"stale":   "who --check: stale's holder pid " + pidOf(t, frozen) + " has not renewed its term",
 	} {
 		if chk := who(t, keysPath, role, "--check"); chk.Code != ExitCheckFailed || !strings.Contains(chk.Stderr, want) {
@@ -216,11 +245,11 @@ func TestWhoShowsEachRolesTerm(t *testing.T) {
 		t.Fatalf("%v\n%s", err, js.Stdout)
 	}
 	want := map[string]struct{ health, standing string }{
-		"live": {"ok", "live"}, "waiting": {"no_term", "waiting"}, "stale": {"term_stale", "stale"}, "free": {"no_holder", "free"},
+		"live": {"ok", "live"}, "plain": {"ok", ""}, "stale": {"term_stale", "stale"}, "free": {"no_holder", "free"}, "overdue": {"no_term", "overdue"},
 	}
 	for _, l := range doc.Leases {
 		w := want[l.Role]
-		if l.Health != w.health || l.Term == nil || l.Term.Standing != w.standing {
+		if l.Health != w.health || (l.Term == nil) != (w.standing == "") || (l.Term != nil && l.Term.Standing != w.standing) {
 			t.Errorf("%s: health %q, term %+v; want %q and standing %q", l.Role, l.Health, l.Term, w.health, w.standing)
 		}
 	}
@@ -228,15 +257,16 @@ func TestWhoShowsEachRolesTerm(t *testing.T) {
 		l.Term.Ended != nil || l.Term.Deadline == nil || l.Term.SinceRenewalMS == nil {
 		t.Errorf("live: term %+v, want epoch %d held by %d, not ended", l.Term, leader.Epoch, leader.BackendPID)
 	}
-	if l := doc.Leases[1]; l.Term == nil || l.Term.Epoch != nil || l.Term.Began != nil {
-		t.Errorf("waiting: term %+v, want no epoch (the key never had a term)", l.Term)
+	if l := doc.Leases[4]; l.Term == nil || l.Term.Epoch != nil || l.Term.Began != nil {
+		t.Errorf("overdue: term %+v, want no epoch (the key never had a term)", l.Term)
 	}
 }
 
 // TestWhoShowsAStandByThatWaitsForTheTerm: a lease that got the key while
 // the previous term is open (its holder's sessions ended, its term not) is
-// WAITING for that term, until its deadline; who says so and --check
-// fails.
+// WAITING for that term, until its deadline; who says what it waits for,
+// and --check passes: a new leader at work is no alert (it proves its hold
+// every second, so it is never overdue).
 func TestWhoShowsAStandByThatWaitsForTheTerm(t *testing.T) {
 	const key = 1840500011
 	keysPath := filepath.Join(t.TempDir(), "keys.yaml")
@@ -254,9 +284,9 @@ func TestWhoShowsAStandByThatWaitsForTheTerm(t *testing.T) {
 			break
 		}
 	}
-	want := fmt.Sprintf("has not begun a term: it waits for term %d of test-host pid %d", st.Epoch, os.Getpid())
-	if res.Code != ExitCheckFailed || !strings.Contains(res.Stderr, want) || !strings.Contains(res.Stderr, "(deadline ") {
-		t.Errorf("exit %d, want 1 and %q\n%s%s", res.Code, want, res.Stdout, res.Stderr)
+	want := fmt.Sprintf("poller's holder pid %d has not begun its term yet: it waits for term %d of test-host pid %d", l.backendPID(t), st.Epoch, os.Getpid())
+	if out := strings.Join(strings.Fields(res.Stdout), " "); res.Code != ExitOK || !strings.Contains(out, want) || !strings.Contains(out, "(deadline ") {
+		t.Errorf("exit %d, want 0 and %q\n%s%s", res.Code, want, res.Stdout, res.Stderr)
 	}
 	row(t, res.Stdout, "poller", "HELD", "WAITING")
 }

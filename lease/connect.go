@@ -154,6 +154,14 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 	if err := locks.ListenAll(sctx, s.main, r.listen); err != nil {
 		return nil, err
 	}
+	// The lease mark, before any key: it tells who, failover and the other
+	// replicas that this session is a lease (locks.TakeMark).
+	if marked, err := locks.TakeMark(sctx, s.main, r.cfg.timing().Stopped()); err != nil {
+		return nil, err
+	} else if !marked && !r.markRefused {
+		r.markRefused = true
+		r.log.Warn("another session holds this lease's mark lock exclusively (a key of someone else's in leasectl's range?): who, failover and the other replicas judge this lease as any elector's session", "mark", locks.MarkOf(r.cfg.timing().Stopped()).String())
+	}
 	r.record = r.checkRecord(sctx, s)
 	if !r.record && r.cfg.Fencing {
 		return nil, &RefusedError{BackendPID: s.info.BackendPID, Reason: "fencing needs the term record (schema leasectl with leasectl.fence), which is missing here or which this role may not use: run `leasectl fence init` (as a role that may create it; --print-sql for migrations), or grant this role its use"}

@@ -78,6 +78,9 @@ type runner struct {
 	// evictDenied: the server refused to end a stale holder's session,
 	// which was logged once.
 	evictDenied bool
+	// markRefused: another session held the lease mark exclusively, which
+	// was logged once.
+	markRefused bool
 
 	// listen are the channels the lease session LISTENs on. A group's
 	// runner (group.go) also sets serve, which replaces onConnection,

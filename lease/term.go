@@ -255,10 +255,13 @@ var errTermEnded = errors.New("the term is no longer live in the term record (an
 
 // evictStale is a stand-by's check, after each wait in the lock queue, that
 // the key's holder shows signs of life. A holder whose term has gone
-// unrenewed for longer than a live holder ever lets it (term.Term.Overdue),
-// or a holder that has held the key idle for that long without beginning a
-// term of its own (a frozen stand-by the server granted the key), has its
-// sessions ended: the next stand-by takes over under the term's rules.
+// unrenewed for longer than a live holder ever lets it (term.StandingStale),
+// or a lease that has held the key idle for longer than its bound without
+// beginning a term of its own (term.StandingOverdue: a frozen stand-by the
+// server granted the key), has its sessions ended: the next stand-by takes
+// over under the term's rules. A holder that is not a lease of leasectl
+// (term.StandingOther: a worker with its own SQL, during a rolling deploy)
+// leads by holding the key, and is left alone.
 func (r *runner) evictStale(ctx context.Context, s *sessions) {
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatTimeout)
 	defer cancel()
@@ -282,28 +285,20 @@ func (r *runner) evictStale(ctx context.Context, s *sessions) {
 	}
 	var why string
 	targets := []target{{r.key, holder}}
-	ownsTerm := ok && t.Live() && uint32(holder.PID) == t.Holder.BackendPID && sameStart(holder.BackendStart, t.Holder.BackendStart)
-	switch {
-	case ownsTerm:
-		if !t.Overdue(now) {
-			return
-		}
+	standing := term.Assess(t, ok, holder, held, now)
+	switch standing {
+	case term.StandingStale:
 		why = fmt.Sprintf("its term %d was last renewed %s ago, longer than heartbeat interval + timeout + stop time (%s)",
 			t.Epoch, now.Sub(t.Renewed).Round(time.Millisecond), t.Timing.Stopped())
 		if f, ok := snap.Find(r.fence).Holder(); ok && uint32(f.PID) == t.Holder.FenceBackendPID {
 			targets = append(targets, target{r.fence, f})
 		}
+	case term.StandingOverdue:
+		idle, _ := holder.Idle(now)
+		why = fmt.Sprintf("it has held the key idle for %s without beginning a term, longer than its heartbeat interval + timeout + stop time (%s)",
+			idle.Round(time.Millisecond), holder.LeaseBound)
 	default:
-		bound := r.cfg.timing().Stopped()
-		if ok && t.Live() {
-			bound = max(bound, t.Timing.Stopped())
-		}
-		idle, known := holder.Idle(snap.Now)
-		if !known || idle <= bound {
-			return
-		}
-		why = fmt.Sprintf("it has held the key idle for %s without beginning a term, longer than heartbeat interval + timeout + stop time (%s)",
-			idle.Round(time.Millisecond), bound)
+		return
 	}
 	for _, tg := range targets {
 		_, err := locks.Terminate(qctx, s.main, tg.key, tg.c, r.cfg.HeartbeatTimeout)
@@ -323,13 +318,9 @@ func (r *runner) evictStale(ctx context.Context, s *sessions) {
 		}
 		r.log.Warn("ended the session of a holder that shows no sign of life", "holder_pid", tg.c.PID, "holder", tg.c.Describe(), "why", why)
 	}
-	if ownsTerm {
+	if standing == term.StandingStale {
 		if err := term.MarkEvicted(qctx, s.main, r.cfg.Key, t.ID); err != nil {
 			r.log.Warn("cannot mark the term evicted", "err", err.Error())
 		}
 	}
 }
-
-// sameStart compares backend start times; a zero one (withheld from this
-// role) matches any.
-func sameStart(a, b time.Time) bool { return a.IsZero() || b.IsZero() || a.Equal(b) }

@@ -16,6 +16,7 @@ import (
 	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/lease"
+	"github.com/leasectl/leasectl/locks"
 )
 
 // stopDelay is how long the work of a fleet takes to return once its
@@ -250,7 +251,8 @@ func TestDeadHolderCostsTheDeadline(t *testing.T) {
 // key holder that shows no sign of life, and then leads: a holder that
 // never renews its term (a frozen leader), and a holder that has held the
 // key idle without beginning a term (a frozen stand-by that the server
-// granted the key).
+// granted the key; a holder without a lease mark is another elector's,
+// which a lease leaves alone: cmd's rolling-deploy test).
 func TestHolderWithoutSignsOfLifeIsEvicted(t *testing.T) {
 	cfg := lease.Config{Role: "term-test", RetryInterval: 200 * time.Millisecond,
 		HeartbeatInterval: shortTiming.HeartbeatInterval, HeartbeatTimeout: shortTiming.HeartbeatTimeout, StopTimeout: shortTiming.StopTimeout}
@@ -265,9 +267,14 @@ func TestHolderWithoutSignsOfLifeIsEvicted(t *testing.T) {
 			return conn
 		}, term.Evicted},
 		{"the key held idle without a term", 9100112, func(t *testing.T, key int64) *pgx.Conn {
+			// A lease session, by its mark, that holds the key and begins
+			// no term: a frozen stand-by that the server granted the key.
 			conn := pgtest.Conn(t, testLab.DirectDSN(), "term-test-holder")
 			if err := term.Create(context.Background(), conn); err != nil {
 				t.Fatal(err)
+			}
+			if ok, err := locks.TakeMark(context.Background(), conn, shortTiming.Stopped()); err != nil || !ok {
+				t.Fatalf("take the lease mark: %v, %v", ok, err)
 			}
 			pgtest.Exec(t, conn, "SELECT pg_advisory_lock($1)", key)
 			return conn

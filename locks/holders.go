@@ -61,6 +61,12 @@ type Session struct {
 	// Gone is true when pg_locks still listed the backend but
 	// pg_stat_activity no longer did: it exited while the query ran.
 	Gone bool
+	// LeaseBound is, for the lease session of a leasectl lease, the bound
+	// its lease mark records: how long it may hold a key idle without a
+	// term of its own before it is overdue (see [TakeMark]). It is zero
+	// for every other session: a worker that elects itself with its own
+	// SQL, or a leasectl from before the mark.
+	LeaseBound time.Duration
 }
 
 // PreparedXact is a prepared transaction (PREPARE TRANSACTION) that holds
@@ -205,7 +211,8 @@ type Querier interface {
 // prepared transactions exist: the join with an empty pg_prepared_xacts
 // ends early). Parameters: $1 bool, every advisory lock; $2 bigint[], the
 // bigint keys wanted (objsubid 1); $3 bigint[], the two-int4 keys wanted
-// (objsubid 2) as (k1 << 32) | k2. The outer join on now() yields one row
+// (objsubid 2) as (k1 << 32) | k2. The lease marks of the database's
+// sessions come with any selection (see [TakeMark]). The outer join on now() yields one row
 // with NULL key columns when nothing matches, so the server's clock always
 // comes back. waitstart is read through to_jsonb so that the query also
 // runs on servers older than PostgreSQL 14, which lack the column.
@@ -232,7 +239,8 @@ LEFT JOIN (
     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
     AND ($1::bool
          OR (l.objsubid = 1 AND (l.classid::bigint << 32) | l.objid::bigint = ANY ($2::bigint[]))
-         OR (l.objsubid = 2 AND (l.classid::bigint << 32) | l.objid::bigint = ANY ($3::bigint[])))
+         OR (l.objsubid = 2 AND (l.classid::bigint << 32) | l.objid::bigint = ANY ($3::bigint[]))
+         OR (l.objsubid = 2 AND l.classid = ` + markClassSQL + ` AND l.mode = 'ShareLock' AND l.granted))
 ) k ON true
 ORDER BY k.objsubid, k.key, k.granted DESC, k.waitstart NULLS LAST, k.pid NULLS FIRST`
 
@@ -263,7 +271,8 @@ func (f Filter) Query() (sql string, args []any) {
 // Read returns the holders and waiters of the advisory locks that f selects
 // in the current database, in one query (one round trip). Advisory locks are per
 // database: a key held in another database is a different lock and is not
-// returned. On a standby the locks are the standby's own.
+// returned. On a standby the locks are the standby's own. The lease marks
+// are not keys of the snapshot: each marks its sessions' LeaseBound.
 //
 // The statement goes out as pgx's exec mode for poolers sends it (one
 // Parse, Bind, Execute and Sync: no statement outlives the round trip), but
@@ -345,6 +354,7 @@ func Read(ctx context.Context, conn *pgx.Conn, f Filter) (*Snapshot, error) {
 	if snap.Now.IsZero() {
 		snap.Now = time.Now()
 	}
+	snap.takeMarks()
 	return snap, nil
 }
 

@@ -40,6 +40,9 @@ leasectl keys lint
 sed 's/poller: 1840000001/poller: 1840000009/' keys.yaml > "$LAB_DIR/keys.yaml"
 run 'leasectl keys diff "$LAB_DIR/keys.yaml" --base-file keys.yaml'
 
+say "the term record (leasectl fence init): leasectl run creates it too; workers of your own keep leading by holding the key"
+run 'leasectl fence init'
+
 say "forced failover: worker A (plain psql, no lease) holds poller's key, worker B stands by in the server's lock queue"
 # Two psql sessions play the workers, each reading statements from a fifo
 # that this script holds open: they stay connected (and idle) until the
@@ -53,6 +56,7 @@ PGAPPNAME=poller-b psql -X -q -d "$LEASECTL_DSN" -f "$LAB_DIR/worker-b" >/dev/nu
 exec 4>"$LAB_DIR/worker-b"
 echo "select pg_advisory_lock(1840000001);" >&4
 until leasectl who poller | grep -q '1 waiting'; do sleep 0.1; done
+run 'leasectl who poller --check'
 run 'leasectl failover poller --yes --force'
 run 'leasectl verify poller --pooler-dsn "$LEASECTL_LAB_TX_DSN"'
 exec 3>&- 4>&-   # end of input: both psql sessions disconnect

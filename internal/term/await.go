@@ -61,7 +61,11 @@ func (b *Before) newer(t Term) bool {
 
 // Began is the new term that [Before.Await] waited for.
 type Began struct {
-	Term Term
+	// Other says that the key's new holder is not a lease of leasectl
+	// (StandingOther): it leads by holding the key and begins no term, so
+	// Term is zero and After is not measured.
+	Other bool
+	Term  Term
 	// Holder is the session that holds the key and leads the term, as the
 	// reading that found the term saw it.
 	Holder locks.Session
@@ -154,7 +158,9 @@ type AwaitOptions struct {
 }
 
 // Await waits until a term newer than b's begins, led by the holder of the
-// key, and returns it. It LISTENs on Channel(b.Key) on conn, so that the
+// key, and returns it; or, when the key's holder is not a lease of
+// leasectl (StandingOther), returns at once with Began.Other: it leads by
+// holding the key, as it did before there was a term record. It LISTENs on Channel(b.Key) on conn, so that the
 // moment a term begins or ends wakes it, and reads again every o.Poll
 // whatever came (the stop fence and the key's holder are not notified, and
 // a notification dies with a connection). When none began by the end of
@@ -194,6 +200,9 @@ func (b *Before) Await(ctx context.Context, conn *pgx.Conn, o AwaitOptions) (Beg
 				return Began{}, ctx.Err()
 			}
 			return Began{}, fmt.Errorf("wait for the new term of key %d: %w", b.Key, err)
+		}
+		if w.Standing == StandingOther {
+			return Began{Other: true, Holder: w.Holder}, nil
 		}
 		if has && b.newer(t) && (leads(t, w.Holder, w.Held) || leads(t, o.Holder, true)) {
 			began := Began{Term: t, Holder: w.Holder}
@@ -249,7 +258,7 @@ func (b *Before) read(ctx context.Context, conn *pgx.Conn, f locks.Filter, timeo
 	key := locks.BigintKey(b.Key)
 	h, held := snap.Find(key).Holder()
 	w := Wait{Place: Place{Term: t, HasTerm: has, Holder: h, Now: now}, Held: held}
-	w.Standing = Assess(t, has, held, uint32(h.PID), h.BackendStart, now)
+	w.Standing = Assess(t, has, h, held, now)
 	if fl := snap.Find(key.Fence()); held && len(fl.Waiters) > 0 {
 		if fh, ok := fl.Holder(); ok {
 			w.Fence = &fh

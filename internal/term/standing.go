@@ -78,9 +78,10 @@ type Place struct {
 // Place says where l's holder stands in the record. ok is false when the
 // record says nothing of l: a key in the two-int4 form, which no lease
 // holds; a key held in shared mode or by a prepared transaction, which is
-// no lease's hold (locks.Lease.Health judges those); and a key that
-// was not asked for and never had a term, an advisory lock of something
-// other than a lease (who --all).
+// no lease's hold (locks.Lease.Health judges those); a key that was not
+// asked for and never had a term, an advisory lock of something other
+// than a lease (who --all); and a key whose holder is not a lease of
+// leasectl (StandingOther), which leads by holding it.
 func (r *Record) Place(l locks.Lease) (Place, bool) {
 	if r == nil || l.Key.Form != locks.Bigint {
 		return Place{}, false
@@ -94,7 +95,10 @@ func (r *Record) Place(l locks.Lease) (Place, bool) {
 		return Place{}, false
 	}
 	p := Place{Term: t, HasTerm: has, Holder: h, Now: r.Now}
-	p.Standing = Assess(t, has, held, uint32(h.PID), h.BackendStart, r.Now)
+	p.Standing = Assess(t, has, h, held, r.Now)
+	if p.Standing == StandingOther {
+		return Place{}, false
+	}
 	return p, true
 }
 
@@ -108,25 +112,31 @@ func (p Place) Owns() bool { return p.Standing == StandingLive || p.Standing == 
 // not recorded the end).
 func (p Place) Open() bool { return !p.Owns() && p.HasTerm && p.Term.Live() }
 
-// Problem says, in one line that names the lease, why a holder that is not
-// StandingLive does not lead by the record; "" for a live holder and a
-// free key.
+// Problem says, in one line that names the lease, why a holder does not
+// lead by the record (StandingStale, StandingOverdue); "" for any other
+// place.
 func (p Place) Problem(name string) string {
 	switch p.Standing {
 	case StandingStale:
 		return fmt.Sprintf("%s's holder pid %d has not renewed its term %d for %s, longer than a live holder ever lets it go (heartbeat interval + timeout + stop time, %s): it is frozen or hung (a waiting leasectl stand-by ends its sessions)",
 			name, p.Holder.PID, p.Term.Epoch, roundAge(p.Now.Sub(p.Term.Renewed)), p.Term.Timing.Stopped())
-	case StandingWaiting:
-		return fmt.Sprintf("%s's holder pid %d has not begun a term: %s", name, p.Holder.PID, waits(p, nil, true))
+	case StandingOverdue:
+		idle, _ := p.Holder.Idle(p.Now)
+		return fmt.Sprintf("%s's holder pid %d, a lease of leasectl, has held the key idle for %s without beginning a term, longer than its bound (heartbeat interval + timeout + stop time, %s): a frozen stand-by that the server granted the key, or a hung one (a waiting leasectl stand-by ends its session)",
+			name, p.Holder.PID, roundAge(idle), p.Holder.LeaseBound)
 	}
 	return ""
 }
 
 // Note says, in one line that names the lease, what a table's reader
 // should know of its place: Problem for a holder that does not lead by the
-// record, and for a free key whose term has not ended, that its last
-// leader may still be stopping its work. "" otherwise.
+// record; for a lease that holds the key and has yet to begin its term,
+// what it waits for; and for a free key whose term has not ended, that
+// its last leader may still be stopping its work. "" otherwise.
 func (p Place) Note(name string) string {
+	if p.Standing == StandingWaiting {
+		return fmt.Sprintf("%s's holder pid %d has not begun its term yet: %s", name, p.Holder.PID, waits(p, nil, true))
+	}
 	if p.Standing == StandingFree && p.Open() {
 		t := p.Term
 		if !p.Now.Before(t.Deadline()) {
@@ -162,7 +172,7 @@ func waits(p Place, fence *locks.Session, long bool) string {
 		return "no term is open for it to wait for, and it has yet to begin its own"
 	}
 	if len(clauses) == 0 {
-		return "no term is open for it to wait for: it is not a lease of leasectl (a session of a program of its own, or an older leasectl), a frozen stand-by that the server granted the key, or a new leader about to begin its term"
+		return "no term is open for it to wait for: it is about to begin its own, or it is a frozen stand-by that the server granted the key (overdue once idle for longer than its bound, " + p.Holder.LeaseBound.String() + ")"
 	}
 	return "it waits for " + strings.Join(clauses, " and for ")
 }
@@ -211,20 +221,27 @@ func (r *Record) Health(l locks.Lease, now time.Time, staleAfter time.Duration) 
 	return h
 }
 
-// OK reports whether the lease has exactly one live leader.
+// OK reports whether the lease has exactly one live leader: healthy by its
+// locks and, where the record says something of it, a holder that leads a
+// term it renews or a lease that has yet to begin its term and is not
+// overdue (a new leader is not an alert).
 func (h Health) OK() bool {
-	return h.Locks == locks.Healthy && (!h.Placed || h.Place.Standing == StandingLive)
+	if h.Locks != locks.Healthy {
+		return false
+	}
+	return !h.Placed || h.Place.Standing == StandingLive || h.Place.Standing == StandingWaiting
 }
 
 // String names the health as `who -o json` does: the names of
 // locks.Health, and term_stale (the holder's term is overdue) or no_term
-// (the holder has not begun a term) for a lease healthy by its locks.
+// (the holder, a lease, has held the key without a term for longer than
+// its bound) for a lease healthy by its locks.
 func (h Health) String() string {
 	if h.Locks == locks.Healthy && h.Placed {
 		switch h.Place.Standing {
 		case StandingStale:
 			return "term_stale"
-		case StandingWaiting:
+		case StandingOverdue:
 			return "no_term"
 		}
 	}

@@ -20,10 +20,15 @@ func TestHealthByTheRecord(t *testing.T) {
 		return Term{Key: 7, Epoch: 41, ID: "a1", Holder: Holder{Host: "vm1", OSPID: 555, BackendPID: pid, BackendStart: start}, Timing: tm,
 			Began: start, Renewed: now.Add(-renewedAgo)}
 	}
-	held := func(key locks.Key, requested bool) locks.Lease {
+	// held is key held by pid 100, idle for idle; bound is its lease
+	// mark's (0: no mark, not a lease of leasectl).
+	heldBy := func(key locks.Key, requested bool, bound, idle time.Duration) locks.Lease {
 		return locks.Lease{Role: "poller", Requested: requested, KeyLocks: locks.KeyLocks{Key: key,
-			Holders: []locks.Session{{PID: 100, Granted: true, BackendStart: start, State: "idle", StateChange: now}}}}
+			Holders: []locks.Session{{PID: 100, Granted: true, BackendStart: start, State: "idle", StateChange: now.Add(-idle), LeaseBound: bound}}}}
 	}
+	held := func(key locks.Key, requested bool) locks.Lease { return heldBy(key, requested, tm.Stopped(), 0) }
+	hidden := heldBy(locks.BigintKey(7), true, tm.Stopped(), 0)
+	hidden.Holders[0].State, hidden.Holders[0].StateChange, hidden.Holders[0].BackendStart, hidden.Holders[0].Hidden = "", time.Time{}, time.Time{}, true
 	free := locks.Lease{Role: "poller", Requested: true, KeyLocks: locks.KeyLocks{Key: locks.BigintKey(7)}}
 	for _, tc := range []struct {
 		name    string
@@ -37,10 +42,20 @@ func TestHealthByTheRecord(t *testing.T) {
 		{"live", &Record{Terms: map[int64]Term{7: term(100, time.Second)}, Now: now}, held(locks.BigintKey(7), true), "ok", true, ""},
 		{"stale", &Record{Terms: map[int64]Term{7: term(100, time.Minute)}, Now: now}, held(locks.BigintKey(7), true), "term_stale", false,
 			"poller's holder pid 100 has not renewed its term 41 for 1m0s"},
-		{"waiting for the previous term", &Record{Terms: map[int64]Term{7: term(99, time.Second)}, Now: now}, held(locks.BigintKey(7), true), "no_term", false,
-			"poller's holder pid 100 has not begun a term: it waits for term 41 of vm1 pid 555 (backend 99) to end (deadline 14:00:34, in 34s)"},
-		{"no term ever", &Record{Terms: map[int64]Term{}, Now: now}, held(locks.BigintKey(7), true), "no_term", false,
-			"has not begun a term: no term is open for it to wait for: it is not a lease of leasectl"},
+		// A lease that has yet to begin its term is no alert until it has
+		// been idle for longer than its bound (30s here).
+		{"a lease waiting for the previous term", &Record{Terms: map[int64]Term{7: term(99, time.Second)}, Now: now}, held(locks.BigintKey(7), true), "ok", true, ""},
+		{"a lease about to begin its first term", &Record{Terms: map[int64]Term{}, Now: now}, heldBy(locks.BigintKey(7), true, tm.Stopped(), 29*time.Second), "ok", true, ""},
+		{"a lease idle past its bound without a term", &Record{Terms: map[int64]Term{}, Now: now}, heldBy(locks.BigintKey(7), true, tm.Stopped(), 31*time.Second), "no_term", false,
+			"poller's holder pid 100, a lease of leasectl, has held the key idle for 31s without beginning a term, longer than its bound (heartbeat interval + timeout + stop time, 30s)"},
+		{"its own short bound", &Record{Terms: map[int64]Term{7: term(99, time.Second)}, Now: now}, heldBy(locks.BigintKey(7), true, 3*time.Second, 4*time.Second), "no_term", false,
+			"has held the key idle for 4s without beginning a term, longer than its bound (heartbeat interval + timeout + stop time, 3s)"},
+		{"a lease whose state is hidden", &Record{Terms: map[int64]Term{}, Now: now}, hidden, "ok", true, ""},
+		// Any other elector leads by holding the key, whatever the record.
+		{"not a lease, no term ever", &Record{Terms: map[int64]Term{}, Now: now}, heldBy(locks.BigintKey(7), true, 0, 40*time.Second), "ok", true, ""},
+		{"not a lease, after a lease's term", &Record{Terms: map[int64]Term{7: term(99, time.Second)}, Now: now}, heldBy(locks.BigintKey(7), true, 0, 40*time.Second), "ok", true, ""},
+		{"not a lease, but leads the term (a leasectl from before the mark)", &Record{Terms: map[int64]Term{7: term(100, time.Minute)}, Now: now}, heldBy(locks.BigintKey(7), true, 0, 0), "term_stale", false,
+			"poller's holder pid 100 has not renewed its term 41 for 1m0s"},
 		{"a lock --all added", &Record{Terms: map[int64]Term{}, Now: now}, held(locks.BigintKey(7), false), "ok", true, ""},
 		{"a pair key", &Record{Terms: map[int64]Term{}, Now: now}, held(locks.PairOf(0, 7), true), "ok", true, ""},
 		{"free", &Record{Terms: map[int64]Term{}, Now: now}, free, "no_holder", false, ""},
@@ -52,6 +67,9 @@ func TestHealthByTheRecord(t *testing.T) {
 			}
 			if p := h.Problem("poller"); !strings.Contains(p, tc.problem) || (tc.problem == "") != (p == "") {
 				t.Errorf("problem %q, want %q", p, tc.problem)
+			}
+			if p, placed := tc.rec.Place(tc.lease); placed && p.Standing == StandingOther {
+				t.Errorf("placed as %s: the record says nothing of such a holder", p.Standing)
 			}
 		})
 	}
@@ -85,8 +103,9 @@ func TestWhatTheNewHolderWaitsFor(t *testing.T) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.say)
 		}
 	}
+	holder.LeaseBound = 3 * time.Second
 	w := Wait{Place: Place{Standing: StandingWaiting, Term: ended, HasTerm: true, Holder: holder, Now: now}, Held: true}
-	if got := w.Explain(); !strings.Contains(got, "it is not a lease of leasectl") {
+	if got := w.Explain(); !strings.Contains(got, "it is about to begin its own, or it is a frozen stand-by that the server granted the key (overdue once idle for longer than its bound, 3s)") {
 		t.Errorf("at the end of the wait: %q", got)
 	}
 	later := w

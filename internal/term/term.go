@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/leasectl/leasectl/internal/timing"
+	"github.com/leasectl/leasectl/locks"
 )
 
 // How a term ended, as the history records it.
@@ -547,27 +548,49 @@ const (
 	// StandingStale: the holder's term has gone unrenewed for longer than a
 	// live holder ever lets it (Term.Overdue): it is frozen or hung.
 	StandingStale Standing = "stale"
-	// StandingWaiting: the holder has the key, but no term of its own yet:
-	// a new leader waiting for the previous term to end (or for its
-	// deadline), or a process that was granted the key and never began a
-	// term (a frozen stand-by; an older leasectl; a session that is not a
-	// lease).
+	// StandingWaiting: the holder is a lease of leasectl (it holds a lease
+	// mark, locks.TakeMark) that has the key but no term of its own yet: a
+	// new leader that waits for the previous term to end (or for its
+	// deadline) or is about to begin its own. Not an alert until it is
+	// StandingOverdue.
 	StandingWaiting Standing = "waiting"
+	// StandingOverdue: the holder is a lease of leasectl that has held the
+	// key idle, without a term of its own, for longer than the bound its
+	// lease mark records (heartbeat interval + timeout + stop time): a
+	// frozen stand-by that the server granted the key, or a hung one.
+	StandingOverdue Standing = "overdue"
+	// StandingOther: the holder is not a lease of leasectl: it holds no
+	// lease mark and no term of its own (a worker that elects itself with
+	// its own SQL, or a leasectl from before the mark). It leads by
+	// holding the key, as it did before there was a term record, and the
+	// record says nothing of it.
+	StandingOther Standing = "other"
 	// StandingFree: nobody holds the key.
 	StandingFree Standing = "free"
 )
 
-// Assess says where a key's holder (backend pid and start; held false when
-// the key is free) stands in the record, from the key's current term (ok
-// false when it never had one) at now on the server's clock.
-func Assess(t Term, ok, held bool, pid uint32, start time.Time, now time.Time) Standing {
+// Assess says where a key's holder h (held false when the key is free)
+// stands in the record, from the key's current term t (ok false when it
+// never had one) at now on the server's clock. A holder that leads the
+// live term is judged by its renewals; any other holder by its lease mark
+// (locks.Session.LeaseBound): without one it is not a lease of leasectl
+// (StandingOther); with one it is StandingOverdue once it has been idle for
+// longer than its bound, and StandingWaiting until then, or when the
+// server withholds its state.
+func Assess(t Term, ok bool, h locks.Session, held bool, now time.Time) Standing {
 	switch {
 	case !held:
 		return StandingFree
-	case !ok || !t.Live() || t.Holder.BackendPID != pid || !(start.IsZero() || t.Holder.BackendStart.Equal(start)):
-		return StandingWaiting
-	case t.Overdue(now):
-		return StandingStale
+	case ok && t.Live() && leads(t, h, held):
+		if t.Overdue(now) {
+			return StandingStale
+		}
+		return StandingLive
+	case !h.IsLease():
+		return StandingOther
 	}
-	return StandingLive
+	if idle, known := h.Idle(now); known && idle > h.LeaseBound {
+		return StandingOverdue
+	}
+	return StandingWaiting
 }

@@ -312,10 +312,12 @@ func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.Lease
 
 // begunDetail says when the new leader's term began, if there is a record.
 func begunDetail(b *term.Began) string {
-	if b == nil {
+	switch {
+	case b == nil:
 		return ""
-	}
-	if b.After > 0 {
+	case b.Other:
+		return fmt.Sprintf("; pid %d is not a lease of leasectl (no lease mark): it leads by holding the key, and begins no term", b.Holder.PID)
+	case b.After > 0:
 		return fmt.Sprintf(", and began term %d %s after it", b.Term.Epoch, dur.Format(b.After))
 	}
 	return fmt.Sprintf(", and began term %d", b.Term.Epoch)

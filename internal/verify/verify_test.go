@@ -202,7 +202,7 @@ func TestOneLeaderWithAHiddenLeader(t *testing.T) {
 func TestVerifyJudgesTerms(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	roles := []keys.Entry{{Name: "poller", Key: 1840300011}, {Name: "plain", Key: 1840300012}}
+	roles := []keys.Entry{{Name: "poller", Key: 1840300011}, {Name: "plain", Key: 1840300012}, {Name: "overdue", Key: 1840300013}}
 	// The leases create the term record; the other tests hold keys on
 	// plain sessions, judged by their locks alone.
 	t.Cleanup(func() {
@@ -236,7 +236,15 @@ func TestVerifyJudgesTerms(t *testing.T) {
 		}
 	}
 	plainPID := holdWith(t, "plain-holder", roles[1].Key)
-	rep, err := verify.Run(ctx, conn, verify.Options{Roles: roles, Failover: true, Within: time.Minute})
+	// A lease session (its mark says so, bound 1 ms) that holds its key
+	// idle and begins no term: a frozen stand-by the server granted it.
+	frozen := pgtest.Conn(t, testLab.DirectDSN(), "frozen-standby")
+	if ok, err := locks.TakeMark(ctx, frozen, time.Millisecond); err != nil || !ok {
+		t.Fatalf("take the lease mark: %v, %v", ok, err)
+	}
+	pgtest.Exec(t, frozen, "SELECT pg_advisory_lock($1)", roles[2].Key)
+	time.Sleep(10 * time.Millisecond) // idle past its bound
+	rep, err := verify.Run(ctx, conn, verify.Options{Roles: roles[:1], Failover: true, Within: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +254,21 @@ func TestVerifyJudgesTerms(t *testing.T) {
 	if r := result(t, rep, verify.CheckCleanFailover, "poller"); r.Status != verify.Pass || !strings.Contains(r.Detail, "began term") {
 		t.Errorf("poller clean_failover: %+v", r)
 	}
-	if r := result(t, rep, verify.CheckOneLeader, "plain"); r.Status != verify.Fail || !strings.Contains(r.Detail, strconv.Itoa(int(plainPID))) {
-		t.Errorf("plain one_leader: %+v, want a failure naming pid %d, which has no term", r, plainPID)
+	// The plain holder is no lease of leasectl: it leads by holding the
+	// key, and a failover is over once a stand-by holds it.
+	plainStandBy := pgtest.Conn(t, testLab.DirectDSN(), "plain-standby")
+	pgtest.StandBy(t, plainStandBy, roles[1].Key, 20*time.Millisecond)
+	rep, err = verify.Run(ctx, conn, verify.Options{Roles: roles[1:], Failover: true, Force: true, Within: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := result(t, rep, verify.CheckOneLeader, "plain"); r.Status != verify.Pass || !strings.Contains(r.Detail, strconv.Itoa(int(plainPID))) {
+		t.Errorf("plain one_leader: %+v, want a pass naming pid %d", r, plainPID)
+	}
+	if r := result(t, rep, verify.CheckCleanFailover, "plain"); r.Status != verify.Pass || !strings.Contains(r.Detail, "is not a lease of leasectl (no lease mark): it leads by holding the key") {
+		t.Errorf("plain clean_failover: %+v", r)
+	}
+	if r := result(t, rep, verify.CheckOneLeader, "overdue"); r.Status != verify.Fail || !strings.Contains(r.Detail, strconv.Itoa(int(pgtest.PID(t, frozen)))+", a lease of leasectl, has held the key idle") {
+		t.Errorf("overdue one_leader: %+v, want a failure naming pid %d", r, pgtest.PID(t, frozen))
 	}
 }
