@@ -104,7 +104,7 @@ func (gr *group) wait(ctx context.Context) error {
 	err := gr.r.watch(ctx, s.main, next, gr.wake, fw.lost)
 	fw.stop()
 	if err != nil {
-		gr.r.cuts.note(gr.r.log, time.Since(s.mainSent), err, gr.r.cfg.HeartbeatInterval)
+		gr.r.cuts.note(time.Since(s.mainSent), err, s.info.Identity(), gr.r.cfg.HeartbeatInterval)
 		return err
 	}
 	if fw.err != nil {

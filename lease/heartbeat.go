@@ -96,7 +96,7 @@ func (r *runner) pingFence(s *sessions) error {
 	sent := time.Now()
 	p, err := locks.Prove(ctx, s.fenceConn, r.fence, nil)
 	if err != nil {
-		r.cuts.note(r.log, sent.Sub(s.fenceSent), err, r.cfg.HeartbeatInterval)
+		r.cuts.note(sent.Sub(s.fenceSent), err, s.info.Identity(), r.cfg.HeartbeatInterval)
 		return fmt.Errorf("stop fence session: %w", err)
 	}
 	s.fenceSent = sent

@@ -106,7 +106,7 @@ func (r *runner) lead(ctx context.Context, s *sessions) outcome {
 	next := time.Now().Add(r.cfg.HeartbeatInterval)
 	for {
 		if err := r.watch(ctx, s.main, next, workDone, fw.lost); err != nil {
-			r.cuts.note(r.log, time.Since(s.mainSent), err, r.cfg.HeartbeatInterval)
+			r.cuts.note(time.Since(s.mainSent), err, s.info.Identity(), r.cfg.HeartbeatInterval)
 			lost = err
 			break
 		}
@@ -126,7 +126,7 @@ func (r *runner) lead(ctx context.Context, s *sessions) outcome {
 			fw.stop()
 			return outcome{final: true, err: r.release(s, workErr)}
 		case <-fw.lost:
-			r.cuts.note(r.log, time.Since(s.fenceSent), fw.err, r.cfg.HeartbeatInterval)
+			r.cuts.note(time.Since(s.fenceSent), fw.err, s.info.Identity(), r.cfg.HeartbeatInterval)
 			lost = fmt.Errorf("the stop fence session ended: %w", fw.err)
 		default:
 		}

@@ -188,6 +188,7 @@ func (r *runner) run(ctx context.Context) error {
 		cancel()
 		if err == nil {
 			r.goodConnect = time.Since(began)
+			r.cuts.reached(r.log, s.info.Identity())
 		}
 		if err != nil {
 			if ctx.Err() != nil {

@@ -22,7 +22,7 @@ func (r *runner) onConnection(ctx context.Context, s *sessions) outcome {
 		case ctx.Err() != nil:
 			return outcome{final: true, err: context.Cause(ctx)}
 		case err != nil:
-			r.cuts.note(r.log, time.Since(s.mainSent), err, r.cfg.HeartbeatInterval)
+			r.cuts.note(time.Since(s.mainSent), err, s.info.Identity(), r.cfg.HeartbeatInterval)
 			return outcome{err: fmt.Errorf("stand by: %w", err)}
 		case !ok:
 			// The fence session is idle while standing by: a statement

@@ -515,3 +515,29 @@ func TestStartAllBeginsEveryTermOrNone(t *testing.T) {
 		t.Errorf("once the fenced transaction ended: %v", err)
 	}
 }
+
+// TestRestartsAreNoIdleCuts: an immediate shutdown ends every session with
+// EOF and no FATAL, after whatever silence the heartbeat had reached (up
+// to a second here), which looks like a proxy that closes idle
+// connections; but the server that answers next started anew, and that
+// is no proxy. Four restarts under a lease with a 1s heartbeat: no word of
+// a proxy in its log.
+func TestRestartsAreNoIdleCuts(t *testing.T) {
+	var logs leasetest.Buffer
+	cfg := lease.Config{Role: "term-test", RetryInterval: 200 * time.Millisecond, HeartbeatInterval: time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))}
+	f := newFleet(t, 1, 9100131, cfg)
+	f.nextStart("at first")
+	for round := range 4 {
+		// Somewhere within the heartbeat's silence, as an operator's
+		// restart would come.
+		time.Sleep(time.Duration(300+150*round) * time.Millisecond)
+		if err := testLab.RestartPrimary(context.Background(), "immediate"); err != nil {
+			t.Fatal(err)
+		}
+		f.nextStart(fmt.Sprintf("after restart %d", round+1))
+	}
+	if strings.Contains(logs.String(), "keep ending after the same silence") {
+		t.Errorf("restarts were taken for a proxy's idle timeout:\n%s", logs.String())
+	}
+}
