@@ -25,7 +25,9 @@ func TestIdleCuts(t *testing.T) {
 	fatal := fmt.Errorf("session ended: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01"})
 	s := time.Second
 	boot := time.Date(2026, 12, 4, 5, 0, 0, 0, time.UTC)
-	run := func(n int) dbconn.Identity { return dbconn.Identity{SystemID: 7, StartedAt: boot.Add(time.Duration(n) * time.Minute)} }
+	run := func(n int) dbconn.Identity {
+		return dbconn.Identity{SystemID: 7, StartedAt: boot.Add(time.Duration(n) * time.Minute)}
+	}
 	same := []dbconn.Identity{run(0), run(0), run(0), run(0), run(0)}
 	for _, tc := range []struct {
 		name  string
