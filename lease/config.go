@@ -105,6 +105,13 @@ type Config struct {
 	// that proves the lease session alive: connect, each stand-by wait,
 	// each heartbeat.
 	OnHeartbeat func(at time.Time)
+
+	// termPoll is the longest wait for the previous term's end between two
+	// readings of it (default 1s; tests make it longer, so that a missed
+	// notification shows as a hang); afterTermRead, when set, runs on the
+	// lease session after each of those readings (tests: export_test.go).
+	termPoll      time.Duration
+	afterTermRead func(conn *pgx.Conn)
 }
 
 // ConfigError reports an unusable [Config]; Run returns it before connecting.

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -137,11 +138,18 @@ type previous struct {
 func (r *runner) awaitPrevious(ctx context.Context, s *sessions) (previous, error) {
 	logged := false
 	for {
+		// Drained before the reading, never after it: a notification of
+		// the end that arrives with the reading's reply (recorded just
+		// after it) must wake the wait below at once.
+		r.drainNotes()
 		qctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatTimeout)
 		t, now, ok, err := term.Current(qctx, s.main, r.cfg.Key)
 		cancel()
 		if err != nil {
 			return previous{}, err
+		}
+		if r.cfg.afterTermRead != nil {
+			r.cfg.afterTermRead(s.main)
 		}
 		if !ok || !t.Live() {
 			return previous{term: t, ok: ok}, nil
@@ -168,8 +176,7 @@ func (r *runner) awaitPrevious(ctx context.Context, s *sessions) (previous, erro
 				"backend_pid", s.info.BackendPID, "previous_epoch", t.Epoch, "previous_holder", describeHolder(t.Holder),
 				"deadline", deadline.Format(time.RFC3339Nano), "wait_at_most", deadline.Sub(now).Round(time.Millisecond))
 		}
-		r.drainNotes()
-		if err := r.watch(ctx, s.main, time.Now().Add(min(time.Second, deadline.Sub(now)))); err != nil {
+		if err := r.watch(ctx, s.main, time.Now().Add(min(cmp.Or(r.cfg.termPoll, time.Second), deadline.Sub(now)))); err != nil {
 			return previous{}, err
 		}
 		if ctx.Err() != nil {

@@ -541,3 +541,41 @@ func TestRestartsAreNoIdleCuts(t *testing.T) {
 		t.Errorf("restarts were taken for a proxy's idle timeout:\n%s", logs.String())
 	}
 }
+
+// TestTheEndThatCameWithTheReadingWakesTheNewLeader: the previous holder
+// records the end of its term while the new leader reads the term, so that
+// the notification of the end arrives with the reading's reply. The new
+// leader begins at once: it must not discard that notification and sleep
+// until its next reading (an hour here, so that a lost wake-up is a hang).
+func TestTheEndThatCameWithTheReadingWakesTheNewLeader(t *testing.T) {
+	const key = 9100141
+	ctx := context.Background()
+	old, _ := holdWithTerm(t, key, timing.Lease{HeartbeatInterval: time.Hour, HeartbeatTimeout: time.Hour, StopTimeout: time.Hour})
+	admin := pgtest.Conn(t, testLab.DirectDSN(), "term-test-admin")
+	prev, _, _, err := term.Current(ctx, admin, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Close(ctx) // the key is free; its term stays open for hours
+	var once sync.Once
+	cfg := lease.WithTermWait(lease.Config{Role: "term-test", RetryInterval: 200 * time.Millisecond}, time.Hour, func(conn *pgx.Conn) {
+		once.Do(func() {
+			if _, err := term.End(ctx, admin, key, prev.ID, term.Released, 0); err != nil {
+				t.Error(err)
+				return
+			}
+			// The notification reaches the lease session before the lease
+			// looks for one, as when it came with the reading's reply.
+			wctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			if err := conn.PgConn().WaitForNotification(wctx); err != nil {
+				t.Errorf("no notification of the end: %v", err)
+			}
+		})
+	})
+	f := newFleet(t, 1, key, cfg)
+	next := f.nextStart("after the previous term's end")
+	if next.session.Epoch <= prev.Epoch {
+		t.Errorf("work runs in term %d, not after term %d", next.session.Epoch, prev.Epoch)
+	}
+}
