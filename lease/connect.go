@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
 )
@@ -166,12 +167,31 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 	if !r.record && r.cfg.Fencing {
 		return nil, &RefusedError{BackendPID: s.info.BackendPID, Reason: "fencing needs the term record (schema leasectl with leasectl.fence), which is missing here or which this role may not use: run `leasectl fence init` (as a role that may create it; --print-sql for migrations), or grant this role its use"}
 	}
+	if err := r.warm(sctx, s); err != nil {
+		return nil, err
+	}
 	if err := setupSession(sctx, s.fenceConn, s.fenceInfo.VersionNum, tcp); err != nil {
 		return nil, fmt.Errorf("stop fence session: %w", err)
 	}
 	s.mainSent, s.fenceSent = time.Now(), time.Now()
 	r.markAlive()
 	return s, nil
+}
+
+// warm runs, now, once per connection, what a takeover runs on s's fresh
+// backends the moment the key is granted: the proof on the lease session,
+// and with the term record the reading of the term and the plans of the
+// statements that begin one (term.WarmTakeover). A new backend's first
+// run of each costs several milliseconds of catalog lookups, which would
+// otherwise all fall between the grant and the start of the work.
+func (r *runner) warm(ctx context.Context, s *sessions) error {
+	if _, err := locks.Prove(ctx, s.main, r.key, nil); err != nil {
+		return err
+	}
+	if !r.record {
+		return nil
+	}
+	return term.WarmTakeover(ctx, s.main, r.cfg.Key)
 }
 
 // onPending records the ends of terms lost with earlier sessions, on conn.
