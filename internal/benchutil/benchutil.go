@@ -32,6 +32,44 @@ func BuildLeasectl(dir string) (string, error) {
 	return bin, nil
 }
 
+// BuildLeasectlAt builds leasectl as BuildLeasectl does, from the tree of
+// git ref (a commit, tag or branch of the repository at the current
+// directory) extracted into dir, and returns the binary's path: an
+// earlier release measured in the same run as this tree.
+func BuildLeasectlAt(ref, dir string) (string, error) {
+	src := filepath.Join(dir, "src")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		return "", err
+	}
+	archive := exec.Command("git", "archive", "--format=tar", ref)
+	extract := exec.Command("tar", "-x", "-C", src)
+	pipe, err := archive.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	extract.Stdin = pipe
+	var archiveErr strings.Builder
+	archive.Stderr = &archiveErr
+	if err := extract.Start(); err != nil {
+		return "", err
+	}
+	if err := archive.Run(); err != nil {
+		_ = extract.Wait()
+		return "", fmt.Errorf("git archive %s (run from the repository root, with that commit fetched): %w\n%s", ref, err, archiveErr.String())
+	}
+	if err := extract.Wait(); err != nil {
+		return "", fmt.Errorf("extract %s: %w", ref, err)
+	}
+	bin := filepath.Join(dir, "leasectl")
+	c := exec.Command("go", "build", "-trimpath", "-o", bin, ".")
+	c.Dir = src
+	c.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := c.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build at %s: %w\n%s", ref, err, out)
+	}
+	return bin, nil
+}
+
 // TimeProcess runs name with args to completion and returns its wall time
 // and exit code. Output is discarded unless the process fails unexpectedly.
 func TimeProcess(ctx context.Context, env []string, name string, args ...string) (time.Duration, int, error) {
