@@ -45,11 +45,75 @@ func (r *runner) takeFence(ctx context.Context, s *sessions) (time.Duration, err
 	}
 }
 
-// lead takes the stop fence and runs work while s holds the key.
+// errNotProved marks a grant that the lease session's proof refused.
+var errNotProved = errors.New("the lock was granted, but")
+
+// seize is the first step of a new holder, the moment the server granted
+// the key: it proves the grant on the lease session and, with the term
+// record, reads the previous term in the same round trip, while the stop
+// fence session makes its first attempt at the fence and proves it: two
+// sessions, one round trip each, side by side (the fence is usually free
+// by then: it goes with the old program, as the key does). When the
+// fence is still held, takeFence waits for it, and the reading is
+// dropped: it is read again once the fence is held.
+func (r *runner) seize(ctx context.Context, s *sessions) (fenceWait time.Duration, first *term.Reading, err error) {
+	start := time.Now()
+	type try struct {
+		ok  bool
+		err error
+	}
+	tried := make(chan try, 1)
+	go func() {
+		ok, err := r.waitLock(ctx, s.fenceConn, r.fence, min(r.cfg.HeartbeatInterval, time.Second))
+		if ok && err == nil {
+			// The fence session holds the fence, and the lease session
+			// still holds the key: one round trip.
+			err = r.prove(s.fenceConn, r.fence, s.fenceInfo, &locks.Hold{Key: r.key, PID: s.info.BackendPID})
+		}
+		tried <- try{ok, err}
+	}()
+	r.drainNotes() // what arrives from now on counts for the reading
+	reading, err := r.proveAndRead(s)
+	f := <-tried
+	switch {
+	case err != nil:
+		return 0, nil, fmt.Errorf("%w %w", errNotProved, err)
+	case ctx.Err() != nil:
+		return 0, nil, context.Cause(ctx)
+	case f.err != nil:
+		return 0, nil, fmt.Errorf("stop fence: %w", f.err)
+	case !f.ok:
+		_, err := r.takeFence(ctx, s)
+		return time.Since(start), nil, err
+	}
+	return time.Since(start), reading, nil
+}
+
+// proveAndRead proves the lease session's hold of the key and, with the
+// term record, reads the key's current term in the same round trip.
+func (r *runner) proveAndRead(s *sessions) (*term.Reading, error) {
+	if !r.record {
+		return nil, r.prove(s.main, r.key, s.info, nil)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.HeartbeatTimeout)
+	defer cancel()
+	var p locks.Proof
+	reading := &term.Reading{}
+	b := &pgx.Batch{}
+	locks.QueueProof(b, r.key, nil, &p)
+	term.QueueCurrent(b, r.cfg.Key, reading)
+	if err := s.main.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return reading, p.Check(r.key, s.info.BackendPID, s.info.Identity(), nil)
+}
+
+// lead takes the stop fence and runs work while s holds the key, which the
+// server has just granted it.
 func (r *runner) lead(ctx context.Context, s *sessions) outcome {
-	fenceWait, err := r.takeFence(ctx, s)
+	fenceWait, first, err := r.seize(ctx, s)
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && !errors.Is(err, errNotProved) {
 			return outcome{final: true, err: r.release(s, context.Cause(ctx))}
 		}
 		return outcome{err: err}
@@ -62,11 +126,12 @@ func (r *runner) lead(ctx context.Context, s *sessions) outcome {
 		if ctx.Err() != nil {
 			return outcome{final: true, err: r.release(s, context.Cause(ctx))}
 		}
+		first = nil // read again after the delay
 	}
 	var began term.Started
 	var gap time.Duration
 	if r.record {
-		prev, err := r.awaitPrevious(ctx, s)
+		prev, err := r.awaitPrevious(ctx, s, first)
 		if err == nil {
 			began, err = r.beginTerm(ctx, s)
 		}

@@ -36,13 +36,10 @@ func (r *runner) onConnection(ctx context.Context, s *sessions) outcome {
 			}
 			continue
 		}
-		// The server says the key is granted; prove that it is this
-		// session that holds it, on this server. If not, the key may be
-		// held on someone else's backend: never unlock it from here, just
-		// close the sessions.
-		if err := r.prove(s.main, r.key, s.info, nil); err != nil {
-			return outcome{err: fmt.Errorf("the lock was granted, but %w", err)}
-		}
+		// The server says the key is granted: lead proves that it is this
+		// session that holds it, on this server, before anything else
+		// counts on it. If not, the key may be held on someone else's
+		// backend: never unlock it from here, just close the sessions.
 		out := r.lead(ctx, s)
 		if !out.resigned {
 			return out

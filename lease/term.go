@@ -134,19 +134,31 @@ type previous struct {
 // awaitPrevious waits, holding the key and the fence, until the previous
 // term has ended or its deadline has passed. Meanwhile it proves its hold
 // every second, and wakes at once when the previous holder records the
-// end (a notification on the term channel).
-func (r *runner) awaitPrevious(ctx context.Context, s *sessions) (previous, error) {
+// end (a notification on the term channel). first, when not nil, is a
+// reading of the term taken since the grant (seize), with the
+// notifications drained before it: the first look uses it.
+func (r *runner) awaitPrevious(ctx context.Context, s *sessions, first *term.Reading) (previous, error) {
 	logged := false
 	for {
-		// Drained before the reading, never after it: a notification of
-		// the end that arrives with the reading's reply (recorded just
-		// after it) must wake the wait below at once.
-		r.drainNotes()
-		qctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatTimeout)
-		t, now, ok, err := term.Current(qctx, s.main, r.cfg.Key)
-		cancel()
-		if err != nil {
-			return previous{}, err
+		var t term.Term
+		var now time.Time
+		var ok bool
+		if first != nil {
+			t, now, ok = first.Term, first.Now, first.OK
+			first = nil
+		} else {
+			// Drained before the reading, never after it: a
+			// notification of the end that arrives with the reading's
+			// reply (recorded just after it) must wake the wait below at
+			// once.
+			r.drainNotes()
+			qctx, cancel := context.WithTimeout(ctx, r.cfg.HeartbeatTimeout)
+			var err error
+			t, now, ok, err = term.Current(qctx, s.main, r.cfg.Key)
+			cancel()
+			if err != nil {
+				return previous{}, err
+			}
 		}
 		if r.cfg.afterTermRead != nil {
 			r.cfg.afterTermRead(s.main)

@@ -153,12 +153,16 @@ func scan(row pgx.Row, extra ...any) (Term, error) {
 	return t, nil
 }
 
+// currentSQL reads the current term of key $1 and the server's clock; no
+// row when the key never had a term.
+const currentSQL = `SELECT ` + columns + `, clock_timestamp()
+  FROM leasectl.term c JOIN leasectl.term_history h ON h.key = c.key AND h.term_id = c.term_id
+ WHERE c.key = $1`
+
 // Current returns the current term of key (the newest, live or ended) and
 // the server's clock, with ok false when key never had a term.
 func Current(ctx context.Context, q Querier, key int64) (t Term, now time.Time, ok bool, err error) {
-	row := q.QueryRow(ctx, `SELECT `+columns+`, clock_timestamp()
-  FROM leasectl.term c JOIN leasectl.term_history h ON h.key = c.key AND h.term_id = c.term_id
- WHERE c.key = $1`, key)
+	row := q.QueryRow(ctx, currentSQL, key)
 	t, err = scan(row, &now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = q.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&now)
@@ -168,6 +172,32 @@ func Current(ctx context.Context, q Querier, key int64) (t Term, now time.Time, 
 		return Term{}, now, false, wrap("read the current term", err)
 	}
 	return t, now, true, nil
+}
+
+// Reading is what QueueCurrent read: the key's current term (OK false when
+// it never had one) and, when it has one, the server's clock.
+type Reading struct {
+	Term Term
+	Now  time.Time
+	OK   bool
+}
+
+// QueueCurrent adds Current's reading of key to b, to run in the same round
+// trip as the batch's other statements; *r holds it once the batch has run
+// without error.
+func QueueCurrent(b *pgx.Batch, key int64, r *Reading) {
+	b.Queue(currentSQL, key).QueryRow(func(row pgx.Row) error {
+		t, err := scan(row, &r.Now)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			*r = Reading{}
+			return nil
+		case err != nil:
+			return wrap("read the current term", err)
+		}
+		r.Term, r.OK = t, true
+		return nil
+	})
 }
 
 // Latest returns the current term of each of keys that has one, and the
