@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -149,13 +151,16 @@ func runRun(ctx context.Context, opts *runOptions) error {
 	if err != nil {
 		return &InputError{Err: fmt.Errorf("cannot run %q: %w (give a path or a program on $PATH; CMD runs without a shell)", opts.Command[0], err)}
 	}
+	if app.OwnProcess {
+		supervisor.SurviveBrokenPipes()
+	}
 	errOut := lockedWriter(app.IO.ErrOut)
 	cfg := opts.leaseConfig(roleName(role, key))
 	cfg.Role, cfg.Key = role, key
 	metrics := leasehttp.New(role, key, leasehttp.HealthWindow(cfg, opts.Grace))
 	// Every log record of the lease and the program is a sign of life for
 	// /healthz: while the database is down, the retries only log.
-	logger := slog.New(metrics.LogHandler(newRunLogger(errOut, opts.LogFormat, app).Handler()))
+	logger := slog.New(metrics.LogHandler(newRunLogger(dropFailedWrites(errOut), opts.LogFormat, app).Handler()))
 	// Warnings (a password on the command line) are log records too, in
 	// the log's format (-o).
 	app.warn = func(msg string) { logger.Warn(msg) }
@@ -185,7 +190,11 @@ func runRun(ctx context.Context, opts *runOptions) error {
 		Logger:    logger.With("role", roleName(role, key), "key", key),
 		OnStart:   metrics.OnStart,
 	}
-	if obit := opts.startObituary(connCfg.ConnString(), roleName(role, key), logger); obit != nil {
+	// The obituary keeps a connection ready, as for a group: the next
+	// leader waits for it to record the end of the term.
+	if obit := opts.startObituary(connCfg.ConnString(), roleName(role, key), logger,
+		supervisor.KeepConnection(cmp.Or(connCfg.RuntimeParams["application_name"], cfg.ApplicationName)),
+		supervisor.ForKeys(key)); obit != nil {
 		proc.Obituary = obit
 		defer obit.Close()
 	}
@@ -386,6 +395,26 @@ func jsonLogAttr(groups []string, a slog.Attr) slog.Attr {
 		return slog.String(a.Key, v.String())
 	}
 	return a
+}
+
+// dropFailedWrites makes every write of a log line succeed: stderr may be
+// a pipe whose reader has gone (leasectl run ... | head), and a log line
+// that cannot be written is no reason to stop leading. Once the reader has
+// gone (EPIPE), it writes nothing more.
+func dropFailedWrites(w io.Writer) io.Writer { return &dropWriter{w: w} }
+
+type dropWriter struct {
+	w      io.Writer
+	broken atomic.Bool
+}
+
+func (d *dropWriter) Write(p []byte) (int, error) {
+	if !d.broken.Load() {
+		if _, err := d.w.Write(p); errors.Is(err, syscall.EPIPE) {
+			d.broken.Store(true)
+		}
+	}
+	return len(p), nil
 }
 
 // lockedWriter serializes writes: the logger and the program's stderr copier

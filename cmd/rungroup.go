@@ -82,11 +82,14 @@ func runGroup(ctx context.Context, opts *runOptions) error {
 		return err
 	}
 	name := filepath.Base(opts.Procfile)
+	if app.OwnProcess {
+		supervisor.SurviveBrokenPipes()
+	}
 	errOut := lockedWriter(app.IO.ErrOut)
 	cfg := opts.leaseConfig(name)
 	set := leasehttp.NewSet(leasehttp.HealthWindow(cfg, opts.Grace))
 	// Every log record is a sign of life for /healthz, as in a single run.
-	logger := slog.New(set.LogHandler(newRunLogger(errOut, opts.LogFormat, app).Handler()))
+	logger := slog.New(set.LogHandler(newRunLogger(dropFailedWrites(errOut), opts.LogFormat, app).Handler()))
 	app.warn = func(msg string) { logger.Warn(msg) }
 	connCfg, _, err := app.ConnConfig("")
 	if err != nil {
@@ -103,8 +106,13 @@ func runGroup(ctx context.Context, opts *runOptions) error {
 	}
 	// One obituary for every role, with a connection kept ready: the
 	// next leaders of many roles wait for it.
+	keys := make([]int64, len(roles))
+	for i, r := range roles {
+		keys[i] = r.Key
+	}
 	obit := opts.startObituary(connCfg.ConnString(), name, logger,
-		supervisor.KeepConnection(cmp.Or(connCfg.RuntimeParams["application_name"], cfg.ApplicationName)))
+		supervisor.KeepConnection(cmp.Or(connCfg.RuntimeParams["application_name"], cfg.ApplicationName)),
+		supervisor.ForKeys(keys...))
 	if obit != nil {
 		defer obit.Close()
 	}

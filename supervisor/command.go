@@ -237,6 +237,15 @@ func (c *Command) Work(ctx context.Context) error {
 	}
 	cmd.Env = env
 	descendants := c.Subreaper && becomeSubreaper(log)
+	if sess.TermID != "" {
+		// Before the program starts: should this process die before it
+		// says begin, the obituary still stops the program (by its id)
+		// and records the end of the term.
+		c.Obituary.term(sess.Role, sess.Key, sess.TermID, sess.Epoch, id)
+		// Deferred before the reaper's stop: runs after the tree is gone
+		// (or when the program never started).
+		defer c.Obituary.end(sess.TermID)
+	}
 
 	started, exited := make(chan error, 1), make(chan error, 1)
 	go func() {
@@ -268,8 +277,6 @@ func (c *Command) Work(ctx context.Context) error {
 	}
 	if sess.TermID != "" {
 		c.Obituary.begin(sess.Role, sess.Key, sess.TermID, sess.Epoch, tree)
-		// Deferred before the reaper's stop: runs after the tree is gone.
-		defer c.Obituary.end(sess.TermID)
 	}
 	if descendants {
 		defer reapOrphans(pid)()

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -205,8 +206,10 @@ type obituaryTap struct {
 
 // tapObituary puts a tap on the pipe to the obituary obit: the pipe's
 // write end in this process (found by the inode of the obituary's
-// descriptor 3) is replaced by a pipe of the tap's.
-func tapObituary(t *testing.T, obit int) *obituaryTap {
+// descriptor 3) is replaced by a pipe of the tap's. Notes for which a drop
+// function says true are not passed on (a process that died before it sent
+// them).
+func tapObituary(t *testing.T, obit int, drop ...func(note map[string]any) bool) *obituaryTap {
 	t.Helper()
 	pipe, err := os.Readlink("/proc/" + strconv.Itoa(obit) + "/fd/3")
 	if err != nil {
@@ -249,9 +252,12 @@ func tapObituary(t *testing.T, obit int) *obituaryTap {
 		for sc.Scan() {
 			tap.mu.Lock()
 			if tap.pipe != nil {
-				_, _ = tap.pipe.Write(append(sc.Bytes(), '\n'))
 				var n map[string]any
-				if json.Unmarshal(sc.Bytes(), &n) == nil {
+				_ = json.Unmarshal(sc.Bytes(), &n)
+				if !slices.ContainsFunc(drop, func(d func(map[string]any) bool) bool { return d(n) }) {
+					_, _ = tap.pipe.Write(append(sc.Bytes(), '\n'))
+				}
+				if n != nil {
 					tap.notes <- n
 				}
 			}

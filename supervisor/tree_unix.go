@@ -38,6 +38,23 @@ func signalTrees(trees []*programTree, sig syscall.Signal) []int {
 	members := membersOf(trees)
 	left := make([]int, len(trees))
 	for i, t := range trees {
+		if t.pid <= 0 {
+			// The obituary heard of the program before it started, and
+			// not of its pid: the program is the first of its members to
+			// lead a process group; the group is the tree's from now on.
+			for _, p := range members[i] {
+				if p.pgrp == p.pid && (t.pid <= 0 || p.start < t.start) {
+					t.pid, t.start = p.pid, p.start
+				}
+			}
+			if t.pid <= 0 {
+				left[i] = len(members[i])
+				for _, p := range members[i] {
+					_ = syscall.Kill(p.pid, sig)
+				}
+				continue // kill(0, sig) would signal this process's own group
+			}
+		}
 		_ = syscall.Kill(-t.pid, sig)
 		for _, p := range members[i] {
 			if p.pgrp != t.pid {
