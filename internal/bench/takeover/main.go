@@ -122,7 +122,7 @@ func mustConnect(dsn string) *pgx.Conn {
 
 // build is one leasectl binary under measurement, and what it measured.
 type build struct {
-	name, leasectl string
+	name, leasectl                          string
 	take, down, graceful, terminated, group []time.Duration
 	toKey, toStart, toReport                []time.Duration
 	moved                                   []int
