@@ -23,7 +23,7 @@ import (
 // with pg_try_advisory_lock, and it keeps no more of those it won than its
 // fair share. It counts the replicas that share its roles by their
 // presence locks every second, and at once when it won more than its
-// share.
+// share or a role it gave up to another replica came free.
 //
 // The spread: with N roles over R replicas the fair share is ceil(N/R). A
 // replica below it takes free keys up to it at every poll; one at its
@@ -34,7 +34,10 @@ import (
 // the term rules apply as to any step-down. When a replica dies, its keys
 // and its presence locks go at the same instant: a survivor that wins more
 // keys than its share counts again before it keeps any, and releases the
-// rest at once for the others.
+// rest at once for the others. A survivor that gave roles up to the dead
+// replica keeps polling for their keys while it keeps off them
+// (rebalanceHold), so that it counts again, and takes them back, the
+// moment they come free rather than at its next count.
 
 // DefaultPollInterval is how often a group's stand-by tries the keys it
 // waits for.
@@ -152,7 +155,8 @@ type member struct {
 	result     error
 	// spreadHold: notBefore keeps this replica off a role it stepped down
 	// from to spread the roles; it is lifted when a replica goes away.
-	spreadHold bool
+	// spreadTaken: a poll has found its key held by another replica since.
+	spreadHold, spreadTaken bool
 }
 
 type group struct {

@@ -83,12 +83,12 @@ func (gr *group) wait(ctx context.Context) error {
 	for _, m := range gr.members {
 		switch m.phase {
 		case idle:
-			if !gr.draining {
-				if now.Before(m.notBefore) {
-					next = minTime(next, m.notBefore)
-				} else {
-					busy = true
-				}
+			switch {
+			case gr.draining: // takes no key
+			case m.polled(now):
+				busy = true
+			default:
+				next = minTime(next, m.notBefore)
 			}
 		case holding, fenced:
 			busy = true

@@ -43,42 +43,40 @@ func (gr *group) takePresence(ctx context.Context) error {
 // poll tries the keys of the roles waiting here and keeps up to the fair
 // share of them. The replicas are counted every second, and at once when
 // more keys came free than the share allows (a replica died: the count
-// has dropped with its presence locks); keys won beyond the share are
-// released at once, for the others.
+// has dropped with its presence locks) or when a role this replica gave
+// up to spread them came free after another replica took it (that replica
+// may have died); keys won beyond the share, and those of roles still held
+// back, are released at once, for the others.
 func (gr *group) poll(ctx context.Context) error {
 	if gr.draining {
 		return nil
 	}
-	now := time.Now()
-	var cands []*member
 	var presence []locks.Key
-	active, mine := 0, 0
 	for _, m := range gr.members {
-		if m.phase == ended {
-			continue
-		}
-		active++
-		presence = append(presence, m.presence)
-		switch {
-		case m.phase == idle && !now.Before(m.notBefore):
-			cands = append(cands, m)
-		case m.phase != idle:
-			mine++
+		if m.phase != ended {
+			presence = append(presence, m.presence)
 		}
 	}
 	qctx, cancel := context.WithTimeout(ctx, gr.r.cfg.HeartbeatTimeout)
 	defer cancel()
-	if now.Sub(gr.counted) >= time.Second {
+	if time.Since(gr.counted) >= time.Second {
 		if err := gr.countReplicas(qctx, presence); err != nil {
 			return err
 		}
 	}
-	if len(cands) == 0 {
+	now := time.Now()
+	var tries []*member
+	for _, m := range gr.members {
+		if m.polled(now) {
+			tries = append(tries, m)
+		}
+	}
+	if len(tries) == 0 {
 		return nil
 	}
-	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
-	keys := make([]int64, len(cands))
-	for i, m := range cands {
+	rand.Shuffle(len(tries), func(i, j int) { tries[i], tries[j] = tries[j], tries[i] })
+	keys := make([]int64, len(tries))
+	for i, m := range tries {
 		keys[i] = m.Key
 	}
 	p, err := locks.TryKeys(qctx, gr.s.main, keys)
@@ -91,34 +89,81 @@ func (gr *group) poll(ctx context.Context) error {
 		return fmt.Errorf("a poll for keys ran on backend pid %d of %s, not on this session's pid %d of %s: something between client and server moves its statements", p.PID, p.Server, gr.s.info.BackendPID, gr.s.info.Identity())
 	}
 	gr.r.markAlive()
-	if len(p.Won) == 0 {
+	won := make([]*member, len(p.Won))
+	left := false // a role given up to spread them, and taken since, came free
+	for i, k := range p.Won {
+		won[i] = gr.byKey[k]
+		left = left || (won[i].heldBack(now) && won[i].spreadTaken)
+	}
+	for _, m := range tries {
+		if m.spreadHold && !slices.Contains(p.Won, m.Key) {
+			m.spreadTaken = true
+		}
+	}
+	if len(won) == 0 {
 		return nil
 	}
-	keep := gr.quota(active, mine, len(cands))
-	if len(p.Won) > keep {
+	keep := gr.quota()
+	if len(won) > keep || left {
 		if err := gr.countReplicas(qctx, presence); err != nil {
 			return err
 		}
-		keep = gr.quota(active, mine, len(cands))
+		keep = gr.quota()
 	}
-	keep = min(keep, len(p.Won))
-	if extra := p.Won[keep:]; len(extra) > 0 {
+	var kept []*member
+	var extra []int64
+	for _, m := range won {
+		if len(kept) < keep && !m.heldBack(now) {
+			kept = append(kept, m)
+		} else {
+			extra = append(extra, m.Key)
+		}
+	}
+	if len(extra) > 0 {
 		if err := locks.UnlockKeys(qctx, gr.s.main, extra); err != nil {
 			return err
 		}
 	}
-	for _, k := range p.Won[:keep] {
-		m := gr.byKey[k]
+	for _, m := range kept {
 		m.phase, m.heldAt, m.fenceLogged, m.termLogged = holding, time.Now(), false, false
+		m.spreadHold, m.spreadTaken = false, false
 	}
 	return nil
 }
 
-// quota is how many of the free keys this replica keeps: up to its fair
-// share of the active roles; at its share, one every fifth poll (a role a
-// failover moved to it) and any every twentieth (replicas that serve other
-// roles); above it, none.
-func (gr *group) quota(active, mine, cands int) int {
+// polled says whether the poll tries m's key: m waits for it here, or was
+// given up to spread the roles and is held back. Once another replica has
+// taken the latter, its key coming free again is the first sign that that
+// replica is gone: the count shows it up to a second later, and
+// meanwhile the others, at their share, leave the role without a leader.
+func (m *member) polled(now time.Time) bool {
+	return m.phase == idle && (m.spreadHold || !now.Before(m.notBefore))
+}
+
+// heldBack says whether m waits, without its key, for a hold to pass before
+// it tries for the key again.
+func (m *member) heldBack(now time.Time) bool {
+	return m.phase == idle && now.Before(m.notBefore)
+}
+
+// quota is how many of the keys just won this replica keeps: up to its
+// fair share of the active roles; at its share, one every fifth poll (a
+// role a failover moved to it) and any every twentieth (replicas that
+// serve other roles); above it, none.
+func (gr *group) quota() int {
+	now := time.Now()
+	active, mine, free := 0, 0, 0
+	for _, m := range gr.members {
+		switch {
+		case m.phase == ended:
+			continue
+		case m.phase != idle:
+			mine++
+		case !m.heldBack(now):
+			free++
+		}
+		active++
+	}
 	fair := (active + max(gr.replicas, 1) - 1) / max(gr.replicas, 1)
 	switch {
 	case fair > mine:
@@ -128,7 +173,7 @@ func (gr *group) quota(active, mine, cands int) int {
 		// roles, and must not take those the others give up.
 		return 0
 	case gr.ticks%20 == 0:
-		return cands
+		return free
 	case gr.ticks%5 == 0:
 		return 1
 	}
@@ -144,10 +189,11 @@ func (gr *group) countReplicas(ctx context.Context, presence []locks.Key) error 
 	}
 	if n < gr.replicas {
 		// A replica went away: the roles this one gave up to spread them
-		// are its to take again, at once.
+		// are its to take again, at once, also those whose work is still
+		// stopping.
 		for _, m := range gr.members {
 			if m.spreadHold {
-				m.notBefore, m.spreadHold = time.Time{}, false
+				m.notBefore, m.hold, m.spreadHold, m.spreadTaken = time.Time{}, 0, false, false
 			}
 		}
 	}
@@ -195,7 +241,7 @@ func (gr *group) spread(ctx context.Context) {
 	shed := mine[:len(mine)-fair]
 	gr.r.log.Info("leading more than a fair share of the roles; stepping down from some", "leading", len(mine), "replicas", gr.replicas, "fair_share", fair, "stepping_down", len(shed))
 	for _, m := range shed {
-		m.spreadHold = true
+		m.spreadHold, m.spreadTaken = true, false
 		gr.stop(m, ErrRebalanced, term.SteppedDown, rebalanceHold)
 	}
 }
