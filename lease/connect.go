@@ -178,13 +178,19 @@ func (r *runner) connect(ctx context.Context) (_ *sessions, err error) {
 	return s, nil
 }
 
-// warm runs, now, once per connection, what a takeover runs on s's fresh
-// backends the moment the key is granted: the proof on the lease session,
-// and with the term record the reading of the term and the plans of the
-// statements that begin one (term.WarmTakeover). A new backend's first
-// run of each costs several milliseconds of catalog lookups, which would
-// otherwise all fall between the grant and the start of the work.
+// warm readies, now, once per connection, what a takeover runs on s's
+// fresh backends the moment the key is granted: it prepares the
+// statements of both sessions (locks.Ready), runs the proof on the lease
+// session, and with the term record readies its statements too
+// (term.WarmTakeover). A new backend's first run of each costs several
+// milliseconds of parsing and catalog lookups, which would otherwise all
+// fall between the grant and the start of the work.
 func (r *runner) warm(ctx context.Context, s *sessions) error {
+	for _, c := range []*pgx.Conn{s.main, s.fenceConn} {
+		if err := locks.Ready(ctx, c); err != nil {
+			return err
+		}
+	}
 	if _, err := locks.Prove(ctx, s.main, r.key, nil); err != nil {
 		return err
 	}

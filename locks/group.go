@@ -78,15 +78,18 @@ func CountHolders(ctx context.Context, conn *pgx.Conn, presence []Key) (int, err
 	return n, nil
 }
 
+// tryPairsSQL is TryLockPairs' statement.
+const tryPairsSQL = `SELECT coalesce((SELECT array_agg((k1::bigint << 32) | (k2::bigint & 4294967295))
+                   FROM unnest($1::int4[], $2::int4[]) AS t(k1, k2) WHERE pg_try_advisory_lock(k1, k2)), '{}'),
+       pg_backend_pid(), ` + dbconn.IdentityColumns
+
 // TryLockPairs tries the two-int4 keys (stop fences) in order and returns
 // the ones this session now holds, with the backend and server that ran
 // the statement.
 func TryLockPairs(ctx context.Context, conn *pgx.Conn, keys []Key) (won []Key, pid uint32, server dbconn.Identity, err error) {
 	hi, lo := int4Halves(keys)
 	var ids []int64
-	err = conn.QueryRow(ctx, `SELECT coalesce((SELECT array_agg((k1::bigint << 32) | (k2::bigint & 4294967295))
-                   FROM unnest($1::int4[], $2::int4[]) AS t(k1, k2) WHERE pg_try_advisory_lock(k1, k2)), '{}'),
-       pg_backend_pid(), `+dbconn.IdentityColumns, hi, lo).
+	err = conn.QueryRow(ctx, tryPairsSQL, hi, lo).
 		Scan(append([]any{&ids, &pid}, server.Dest()...)...)
 	if err != nil {
 		return nil, 0, server, fmt.Errorf("try the stop fences: %w", err)

@@ -108,3 +108,18 @@ type ProofError struct {
 }
 
 func (e *ProofError) Error() string { return e.Reason }
+
+// Ready prepares, on conn, the statements a lease runs on its sessions the
+// moment a key is granted (the proof, the wait for the stop fence, a
+// group's try of the fences), so that none is parsed on the takeover's
+// path; pgx then sends them by name. conn must be a session of its own,
+// as a lease's proven session is: a prepared statement lives on its server
+// session.
+func Ready(ctx context.Context, conn *pgx.Conn) error {
+	for _, sql := range []string{proofSQL, waitBigintSQL, waitPairSQL, tryPairsSQL} {
+		if _, err := conn.Prepare(ctx, sql, sql); err != nil {
+			return fmt.Errorf("prepare the lease's statements: %w", err)
+		}
+	}
+	return nil
+}

@@ -11,6 +11,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
+// The statements of WaitLock, for each key form.
+const (
+	waitBigintSQL = "SELECT set_config('lock_timeout', $1, false), pg_advisory_lock($2)"
+	waitPairSQL   = "SELECT set_config('lock_timeout', $1, false), pg_advisory_lock($2::int4, $3::int4)"
+)
+
 // WaitLock waits in the server's lock queue for the session-level advisory
 // lock key, for at most timeout, and reports whether this session now holds
 // it. False with a nil error means the wait timed out on the server
@@ -37,9 +43,9 @@ func WaitLock(ctx context.Context, conn *pgx.Conn, key Key, timeout time.Duratio
 	var err error
 	if key.Form == Pair {
 		k1, k2 := key.Int4s()
-		_, err = conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, false), pg_advisory_lock($2::int4, $3::int4)", limit, k1, k2)
+		_, err = conn.Exec(ctx, waitPairSQL, limit, k1, k2)
 	} else {
-		_, err = conn.Exec(ctx, "SELECT set_config('lock_timeout', $1, false), pg_advisory_lock($2)", limit, key.ID)
+		_, err = conn.Exec(ctx, waitBigintSQL, limit, key.ID)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available: lock_timeout expired

@@ -200,14 +200,18 @@ func QueueCurrent(b *pgx.Batch, key int64, r *Reading) {
 	})
 }
 
+// latestSQL reads the current terms of the keys $1, each with the server's
+// clock.
+const latestSQL = `SELECT ` + columns + `, clock_timestamp()
+  FROM leasectl.term c JOIN leasectl.term_history h ON h.key = c.key AND h.term_id = c.term_id
+ WHERE c.key = ANY($1::bigint[])`
+
 // Latest returns the current term of each of keys that has one, and the
 // server's clock.
 func Latest(ctx context.Context, q Querier, keys []int64) (map[int64]Term, time.Time, error) {
 	var now time.Time
 	out := map[int64]Term{}
-	rows, err := q.Query(ctx, `SELECT `+columns+`, clock_timestamp()
-  FROM leasectl.term c JOIN leasectl.term_history h ON h.key = c.key AND h.term_id = c.term_id
- WHERE c.key = ANY($1::bigint[])`, keys)
+	rows, err := q.Query(ctx, latestSQL, keys)
 	if err != nil {
 		return nil, now, wrap("read the current terms", err)
 	}
@@ -336,7 +340,7 @@ type Started struct {
 // of the transaction, waiting at most $2 ms for the fenced transactions
 // that hold it shared (leasectl.fence): a new term begins only once they
 // are over.
-const fenceLockSQL = `SELECT set_config('lock_timeout', $2::text || 'ms', true),
+const fenceLockSQL = `SELECT set_config('lock_timeout', $2::bigint::text || 'ms', true),
        pg_advisory_xact_lock(1818583411, leasectl.fence_lock($1))`
 
 // fencedSQL ends the sessions whose transactions hold the fencing lock of
