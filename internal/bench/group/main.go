@@ -131,9 +131,9 @@ type bench struct {
 func run(o options) error {
 	ctx := context.Background()
 	started := time.Now()
-	// 150 processes of two sessions each, their probes and obituaries, and
-	// this program's: above the lab's 300.
-	conns := strconv.Itoa(max(300, 2*o.roles*o.replicas+4*o.replicas+o.roles+50))
+	// 150 processes of three sessions each (the lease, the fence and the
+	// obituary's), their probes, and this program's: above the lab's 300.
+	conns := strconv.Itoa(max(300, 3*o.roles*o.replicas+4*o.replicas+o.roles+50))
 	l, dir, leasectl, err := benchutil.StartLab(ctx, lab.Options{Poolers: []lab.PoolerSpec{}, Settings: map[string]string{"max_connections": conns}}, "a lab")
 	if err != nil {
 		return err
