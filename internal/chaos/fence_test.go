@@ -63,8 +63,14 @@ func frozenLeaderWrites(t *testing.T, f *fleet, res *result, rounds int) {
 		began := termBegan(t, admin, next.Epoch)
 		mark := h.mark()
 		_ = syscall.Kill(lead.PID, syscall.SIGCONT) // A's program alone resumes
-		time.Sleep(2 * time.Second)                 // and writes, 20 times
-		refused := h.count(mark, func(ev leasetest.Event) bool { return ev.Kind == leasetest.Refused && ev.PID == lead.PID })
+		// and writes, every 100 ms. Its first write may fail otherwise: one
+		// it had begun when it was frozen was ended with its session (B's
+		// term ends the sessions of fenced transactions left open), and it
+		// connects again. So from its first refusal, 2 s of writes.
+		isRefusal := func(ev leasetest.Event) bool { return ev.Kind == leasetest.Refused && ev.PID == lead.PID }
+		h.await(t, mark, hang, fmt.Sprintf("a refused write of the frozen leader's program (round %d)", i+1), isRefusal)
+		time.Sleep(2 * time.Second)
+		refused := h.count(mark, isRefusal)
 		refusals = append(refusals, refused)
 		var late int
 		if err := admin.QueryRow(context.Background(), "SELECT count(*) FROM chaos_writes WHERE epoch = $1::bigint AND at >= $2", lead.Epoch, began).Scan(&late); err != nil {
