@@ -115,19 +115,24 @@ func TestRollingDeployBetweenPlainSQLAndLeasectlRun(t *testing.T) {
 	// 4. The last plain worker goes: the leasectl replica takes over and
 	// begins a term; a second replica joins.
 	b.Close(context.Background())
-	if s := f.next(leasetest.Start); s.PPID != r1.cmd.Process.Pid {
-		t.Fatalf("program started by %d, want the replica %d", s.PPID, r1.cmd.Process.Pid)
+	first := f.next(leasetest.Start)
+	if first.PPID != r1.cmd.Process.Pid || first.Epoch == "" {
+		t.Fatalf("program started by %d in term %q, want the replica %d in a term", first.PPID, first.Epoch, r1.cmd.Process.Pid)
 	}
 	r2 := f.startReplica(dsn, shortRun...)
 	r2.log.WaitFor(t, "standing by", 1, hang)
-	row(t, check("leasectl leads").Stdout, "poller", strconv.Itoa(key), "e1")
+	row(t, check("leasectl leads").Stdout, "poller", strconv.Itoa(key), "e"+first.Epoch)
 
-	// 5. Between the leasectl replicas, gracefully: the new term.
-	failoverPoller("leasectl to leasectl", "began term 2 of poller")
+	// 5. Between the leasectl replicas, gracefully: the next term.
+	epoch, err := strconv.Atoi(first.Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failoverPoller("leasectl to leasectl", fmt.Sprintf("began term %d of poller", epoch+1))
 	if s := f.next(leasetest.Start); s.PPID != r2.cmd.Process.Pid {
 		t.Fatalf("program started by %d, want the replica %d", s.PPID, r2.cmd.Process.Pid)
 	}
-	row(t, check("the second replica leads").Stdout, "poller", strconv.Itoa(key), "e2")
+	row(t, check("the second replica leads").Stdout, "poller", strconv.Itoa(key), "e"+strconv.Itoa(epoch+1))
 
 	// 6. And back: a plain worker C queues, the first replica is rolled
 	// away, and a forced failover of the second hands the key to C.
