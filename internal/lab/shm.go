@@ -55,3 +55,20 @@ type shmInfo struct {
 	key    int64
 	nattch int
 }
+
+// RemoveOrphanedShmOf removes the System V shared memory segments that the
+// process pid created and that no process is attached to any more. A
+// program that keeps its state in such segments (pgpool-II) removes them
+// only on a clean shutdown; one that had to be killed leaves them behind.
+// Call it once pid has exited.
+func RemoveOrphanedShmOf(pid int) error {
+	for _, id := range shmCreatedBy(pid) {
+		if seg, ok := shmSegment(id); !ok || seg.nattch != 0 {
+			continue
+		}
+		if err := removeShmSegment(id); err != nil {
+			return fmt.Errorf("remove the shared memory segment %d left by pid %d: %w", id, pid, err)
+		}
+	}
+	return nil
+}

@@ -45,6 +45,40 @@ func shmSegment(id int) (shmInfo, bool) {
 	return shmInfo{}, false
 }
 
+// shmCreatedBy returns the ids of the segments that the process pid
+// created (the cpid column of /proc/sysvipc/shm).
+func shmCreatedBy(pid int) []int {
+	data, err := os.ReadFile("/proc/sysvipc/shm")
+	if err != nil {
+		return nil
+	}
+	lines := strings.Split(string(data), "\n")
+	head := strings.Fields(lines[0])
+	si, ci := -1, -1
+	for i, h := range head {
+		switch h {
+		case "shmid":
+			si = i
+		case "cpid":
+			ci = i
+		}
+	}
+	if si < 0 || ci < 0 {
+		return nil
+	}
+	var ids []int
+	for _, line := range lines[1:] {
+		f := strings.Fields(line)
+		if len(f) <= max(si, ci) || f[ci] != strconv.Itoa(pid) {
+			continue
+		}
+		if id, err := strconv.Atoi(f[si]); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
 // removeShmSegment removes a System V shared memory segment; one that is
 // gone already is no error.
 func removeShmSegment(id int) error {

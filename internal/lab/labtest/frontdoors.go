@@ -188,7 +188,12 @@ func (d *FrontDoors) Stop() []error {
 		if pid := PgPoolPID(d.PgPool); pid > 0 {
 			// SIGINT is pgpool's fast shutdown; SIGTERM would wait for
 			// the clients to leave.
-			errs = append(errs, lab.StopGroup(pid, syscall.SIGINT, 5*time.Second))
+			// Its main process waits for every child to exit, which
+			// can take seconds on a loaded machine: give it time, as
+			// only its own shutdown removes its shared memory. When it
+			// had to be killed, remove what it left.
+			errs = append(errs, lab.StopGroup(pid, syscall.SIGINT, 15*time.Second))
+			errs = append(errs, lab.RemoveOrphanedShmOf(pid))
 		}
 	}
 	return append(errs, d.stopTwin()...)
