@@ -279,7 +279,7 @@ func (p *run) exclusion(ctx context.Context, first firstResult) Check {
 	}
 	detail := fmt.Sprintf("while A (backend pid %d) held key %d, %d contender connection(s) on other backends of the same server (%s) were refused it in %d rounds, and A still held it", home.pid, key, live, pidList(others), p.opts.Rounds)
 	if after > 0 {
-		detail = fmt.Sprintf("while A (backend pid %d) held key %d, %d contender connection(s) on other backends of the same server (%s) were refused it (%d opened with A, in %d rounds; as a proxy is in the path, %d more opened one after another once A held the key, which a balancer places by the connections already open), and A still held it", home.pid, key, live, pidList(others), live-after, p.opts.Rounds, after)
+		detail = fmt.Sprintf("while A (backend pid %d) held key %d, %d contender connection(s) on other backends of the same server (%s) were refused it, and A still held it (%d opened with A, in %d rounds; as a proxy is in the path, %d more opened one after another once A held the key: a balancer over two or more servers that gives each new connection an even chance of another one (round robin, also per worker; random; least connections) sends all %d to A's server with a chance of at most 1 in %d)", home.pid, key, live, pidList(others), live-after, p.opts.Rounds, after, after, 1<<after)
 	}
 	return pass(CheckExclusion, detail)
 }
@@ -350,19 +350,32 @@ func (e *tries) recheck(ctx context.Context, round int) {
 	}
 }
 
-// sequential opens Contenders+1 more contenders one after another, each
-// once the one before it has connected and tried the key, all of them kept
-// open, and records each one's try (in round). A balancer places each new
-// connection by what it already carries: a contender opened at the same
-// moment as A may land beside it, and one opened after it has been placed
-// lands where the balancer puts the next client (round robin: the next
-// server; leastconn: the one with fewer connections, which with A and the
-// earlier contenders open is another one as soon as the servers' loads
-// differ by less than the number of contenders). It stops at the first
-// finding. It returns how many contenders it opened.
+// SpreadConnections is how many contenders the probe opens one after
+// another behind a proxy. A balancer over two or more servers that gives
+// each new connection at least an even chance of a server other than A's
+// (round robin, shared or per worker process amid other clients'
+// connections; random; least connections with the loads within the
+// connections the probe holds open) sends all of them to A's server with a
+// chance of at most 2^-10, below 1 in 1,000.
+const SpreadConnections = 10
+
+// sequential opens SpreadConnections more contenders one after another,
+// each once the one before it has connected and tried the key, and records
+// each one's try (in round). A balancer places each new connection by what
+// it already carries: a contender opened at the same moment as A may land
+// beside it, and one opened after it has been placed lands where the
+// balancer puts the next client (round robin: the next server; random: any;
+// leastconn: the one with fewer connections, which with A and the earlier
+// contenders open is another one as soon as the servers' loads differ by
+// less than the number of contenders open). The first Contenders+1 stay
+// open; each later one closes once its try found nothing, so that a session
+// pooler's pool holds no more of the probe's server connections than
+// before. It stops at the first finding. It returns how many contenders it
+// opened.
 func (p *run) sequential(ctx context.Context, e *tries, round int) int {
 	opened := 0
-	for range p.opts.Contenders + 1 {
+	keep := p.opts.Contenders + 1
+	for range SpreadConnections {
 		if ctx.Err() != nil || !e.f.empty() {
 			break
 		}
@@ -382,6 +395,12 @@ func (p *run) sequential(ctx context.Context, e *tries, round int) int {
 		p.contenders = append(p.contenders, c)
 		opened++
 		e.try(ctx, n, c, round)
+		if opened > keep && e.f.empty() && !c.tookKey {
+			// Close sends Terminate and does not wait for an answer.
+			cctx, cancel := p.step(ctx)
+			conn.Close(cctx)
+			cancel()
+		}
 	}
 	return opened
 }
@@ -852,7 +871,17 @@ func (p *run) sweep(ctx context.Context) {
 type proxyResult struct {
 	check  Check
 	pgpool *Check
+	// relayedTCP: the client's own link is TCP to something that carries
+	// the session on to the server (a pooler or proxy), seen from evidence
+	// (pids or ports that differ, or a server that sees a unix-socket
+	// client), not from a host name or port number alone.
+	relayedTCP bool
 }
+
+// addressBalancerCaveat is what a probe from one host cannot see behind a
+// proxy: a balancer that places clients by their address sends every
+// connection from one host to one server.
+const addressBalancerCaveat = "A probe from one host cannot rule out a balancer that places clients by their address (nginx `hash $remote_addr`, HAProxy `balance source`): every connection from this host reaches one server, while replicas on other hosts may reach others. To rule it out, run the probe from a second host as well (more --contenders from this one cannot), or read the balancer's configuration"
 
 // proxyHints collects the signs that something sits between client and
 // server. They warn and never refuse: a session-mode pooler is safe. When
@@ -872,6 +901,12 @@ func (p *run) proxyHints(first firstResult) proxyResult {
 	if p.connectedPort() == 0 && !s.ClientOnSocket {
 		hints = append(hints, "you connected over a unix socket, but the server sees a TCP client: a relay (a cloud SQL proxy, socat, a pooler) carries the connection over a network")
 	}
+	if p.connectedPort() != 0 && s.ClientOnSocket {
+		hints = append(hints, "you connected over TCP, but the server sees a client on a unix socket: a pooler or proxy on the server's host carries the connection")
+	}
+	forwarded := len(hints) > 0 || pidMoved
+	dialed := p.connectedPort()
+	res.relayedTCP = dialed != 0 && (pidMoved || s.ClientOnSocket || (info.Port != 0 && info.Port != dialed))
 	cfg := p.opts.ConnConfig
 	hints = append(hints, EndpointHints(cfg.Host, cfg.Port)...)
 	for _, fb := range cfg.Fallbacks {
@@ -902,6 +937,9 @@ func (p *run) proxyHints(first firstResult) proxyResult {
 	safe := " (safe only if it keeps one server session per client, like PgBouncer in session mode)"
 	if p.pooler == pgpoolName {
 		safe = " (the pgpool-II line says what it does with a session's statements)"
+	}
+	if forwarded {
+		safe += ". " + addressBalancerCaveat
 	}
 	res.check = warn(CheckProxy, strings.Join(slices.Compact(hints), "; ")+safe)
 	return res
@@ -951,6 +989,9 @@ func (p *run) pgpool() *Check {
 		return ptr(warn(CheckPgPool, fmt.Sprintf("pgpool-II in %s mode over %d nodes (%s): each is a writable primary, and pgpool sends every statement that writes or calls a volatile function, the lock functions among them, to every node, the main node (%s) first, and answers with the main node's result: a lease's lock is taken on every node and decided on the main node; %s. Locks are not replicated: a client that reaches a node other than through this pgpool, or a node detached and attached again, does not see them, so every client of a lease must go through this pgpool-II",
 			mode, len(all), strings.Join(all, ", "), strings.Join(main, ", "), reads)))
 	}
+	if mode == "raw" {
+		return ptr(pgpoolRaw(nodes))
+	}
 	if lb == "off" {
 		return ptr(info(CheckPgPool, fmt.Sprintf("pgpool-II in %s mode with %d node(s) and load_balance_mode = off: every statement goes to the primary", modeName(mode), len(nodes))))
 	}
@@ -971,6 +1012,39 @@ func (p *run) pgpool() *Check {
 	}
 	c := fail(CheckPgPool, Safety, fmt.Sprintf("pgpool-II balances load (in %s mode) to %s: it routes each statement by the volatility of its functions and its write_function_list / read_only_function_list, so a lock or a heartbeat can run on %s, and two clients can hold one key on two servers; give leases a DSN with load_balance_mode = off (or straight to the primary)", modeName(mode), strings.Join(balanced, ", "), where))
 	return &c
+}
+
+// pgpoolRaw judges pgpool-II in raw mode: it sends every statement of every
+// session to the first node that is up and balances nothing, whatever
+// load_balance_mode and the weights say (SHOW pool_nodes still lists the
+// other nodes as replicas with a weight). They are failover targets: when
+// pgpool fails the node over, it ends every session and sends new ones to
+// the next node up, a server with locks of its own.
+func pgpoolRaw(nodes []map[string]any) Check {
+	sorted := slices.Clone(nodes)
+	id := func(n map[string]any) int { i, _ := strconv.Atoi(fmt.Sprint(n["node_id"])); return i }
+	slices.SortFunc(sorted, func(a, b map[string]any) int { return id(a) - id(b) })
+	var first string
+	var others []string
+	for _, n := range sorted {
+		addr := fmt.Sprintf("%v:%v", n["hostname"], n["port"])
+		switch {
+		case fmt.Sprint(n["status"]) == "down" || fmt.Sprint(n["status"]) == "unused":
+			others = append(others, addr+" ("+fmt.Sprint(n["status"])+")")
+		case first == "":
+			first = addr
+		default:
+			others = append(others, addr)
+		}
+	}
+	if first == "" {
+		return fail(CheckPgPool, Liveness, fmt.Sprintf("pgpool-II in raw mode with every node down (%s)", strings.Join(others, ", ")))
+	}
+	targets := "and has no other node to fail over to"
+	if len(others) > 0 {
+		targets = fmt.Sprintf("and balances nothing: the other node(s), %s, are failover targets only (SHOW pool_nodes lists them as replicas with a weight, which raw mode does not use). When pgpool fails %s over, it ends every session, so a leader loses its lease as with any lost server, and sends new sessions to the next node up: a server with locks and data of its own, where a lease's key is as exclusive as before only among clients that all reach it through pgpool-II instances that agree which node is up, and where a lease's term record (leasectl fence init) must exist too", strings.Join(others, ", "), first)
+	}
+	return info(CheckPgPool, fmt.Sprintf("pgpool-II in raw mode: it sends every statement of every session to the first node up, %s, %s", first, targets))
 }
 
 // modeName is pgpool-II's backend_clustering_mode for messages.
@@ -1020,10 +1094,18 @@ func checkPrimary(info dbconn.ServerInfo, cfg *pgx.ConnConfig, _ int) Check {
 	if info.InRecovery {
 		return fail(CheckPrimary, Safety, "the server is a standby (pg_is_in_recovery() = true): advisory locks there are local to it and fence nothing on the primary; point the DSN at the primary (multi-host DSNs: target_session_attrs=primary)")
 	}
-	if distinctHosts(cfg) > 1 && !sameFunc(cfg.ValidateConnect, pgconn.ValidateConnectTargetSessionAttrsPrimary) {
-		return warn(CheckPrimary, "primary now, but this multi-host DSN lacks target_session_attrs=primary: after an HA failover it can land on a standby, where every replica wins its own lock (read-write tests the wrong thing)")
+	readWrite := sameFunc(cfg.ValidateConnect, pgconn.ValidateConnectTargetSessionAttrsReadWrite)
+	if distinctHosts(cfg) > 1 && !readWrite && !sameFunc(cfg.ValidateConnect, pgconn.ValidateConnectTargetSessionAttrsPrimary) {
+		return warn(CheckPrimary, "primary now, but this multi-host DSN lacks target_session_attrs=primary (or read-write): after an HA failover it can land on a standby, where every replica wins its own lock")
 	}
-	return pass(CheckPrimary, fmt.Sprintf("primary (not in recovery), PostgreSQL %s, system %d", info.Version, info.SystemID))
+	detail := fmt.Sprintf("primary (not in recovery), PostgreSQL %s, system %d", info.Version, info.SystemID)
+	if readWrite && distinctHosts(cfg) > 1 {
+		// A hot standby is read-only, so read-write skips it as primary
+		// does. They differ only on a primary with
+		// default_transaction_read_only = on, which read-write skips too.
+		detail += "; target_session_attrs=read-write skips a standby as primary does (a hot standby is read-only), and also a primary with default_transaction_read_only = on"
+	}
+	return pass(CheckPrimary, detail)
 }
 
 func sameFunc(a, b pgconn.ValidateConnectFunc) bool {
@@ -1068,14 +1150,42 @@ func checkIdleSessionTimeout(t sessionTimeouts, heartbeat time.Duration) Check {
 	return warn(CheckIdleSessionTimeout, strings.Join(set, "; ")+" (a role or database setting, e.g. ALTER ROLE … SET). leasectl's lease sets these to 0 on its own sessions; any other lease over this DSN must do the same (SET idle_session_timeout = 0, …), or lose its lock")
 }
 
-// checkDeadPeer judges the server's dead-peer detection for this session,
-// as the server sees it, against the lease (package timing): a leader
-// notices its lost session within heartbeat + timeout, and the server must
-// not hand its key to someone else before, on either path (nothing in
-// flight at the cut, or a reply in flight). Only a client that the server
-// itself sees on a unix socket has no network in between: a unix-socket
-// DSN may reach a relay that carries the connection over TCP.
-func checkDeadPeer(s serverSettings, heartbeat, hbTimeout time.Duration) Check {
+// checkDeadPeer judges how long a dead client's key outlives it, on the
+// link the client uses. On a direct connection that is the server's own
+// dead-peer detection for this session, as the server sees it, judged
+// against the lease (package timing): a leader notices its lost session
+// within heartbeat + timeout, and the server must not hand its key to
+// someone else before, on either path (nothing in flight at the cut, or a
+// reply in flight). Only a client that the server itself sees on a unix
+// socket has no network in between: a unix-socket DSN may reach a relay
+// that carries the connection over TCP, and then the server's view is the
+// relay's TCP link, which a dead client's closed socket ends at once.
+//
+// relayedTCP: the client's link is TCP to a pooler or proxy. Then the
+// server's settings judge only the link from the pooler to the server: a
+// client that dies without closing its connection (its host lost, a
+// partition) leaves its server session, and the key, to the pooler, which
+// keeps it until it notices the client is gone by its own keepalives or
+// idle timeout, which the probe cannot read.
+func checkDeadPeer(s serverSettings, relayedTCP bool, pooler string, heartbeat, hbTimeout time.Duration) Check {
+	server := serverDeadPeer(s, heartbeat, hbTimeout)
+	if !relayedTCP {
+		return server
+	}
+	between := "on its link to the server, which this connection reaches by its unix socket, there is no network"
+	if !s.ClientOnSocket {
+		between = "on its TCP link to the server, " + lowerFirst(server.Detail)
+	}
+	settings := "PgBouncer: tcp_keepalive, tcp_keepidle, tcp_keepintvl, tcp_keepcnt, tcp_user_timeout, client_idle_timeout; HAProxy: timeout client; nginx: proxy_timeout, listen … so_keepalive"
+	if pooler == pgpoolName {
+		settings = "pgpool-II: client_idle_limit, 0 by default: never"
+	}
+	return warn(CheckDeadPeer, "this connection is TCP to a pooler or proxy, which holds the server session: when a client dies without closing its connection (its host lost, a partition), its session and the key stay with the pooler until the pooler notices the client is gone, by its own TCP keepalives or idle timeout ("+settings+"), which the probe cannot read: ≈2h11m with the operating system's defaults. Set them below the time a stand-by may wait, or give leases a direct DSN. The server's own settings judge only the pooler's side: "+between)
+}
+
+// serverDeadPeer judges the server's dead-peer detection for this session,
+// as the server sees it.
+func serverDeadPeer(s serverSettings, heartbeat, hbTimeout time.Duration) Check {
 	if s.ClientOnSocket {
 		return pass(CheckDeadPeer, "the server sees its client on a unix socket: no network between them, a dead client is noticed at once")
 	}
@@ -1094,6 +1204,14 @@ func checkDeadPeer(s serverSettings, heartbeat, hbTimeout time.Duration) Check {
 	default:
 		return pass(CheckDeadPeer, fmt.Sprintf("a dead client's lock is released after ≈%s to %s (%s), after a lease notices the loss (≤ %s)", earliest, latest, tcp, notice))
 	}
+}
+
+// lowerFirst lowers a sentence's first letter, to continue another.
+func lowerFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToLower(s[:1]) + s[1:]
 }
 
 func checkPrivileges(s serverSettings) Check {

@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 			// without resetting them: locks outlive their client.
 			lab.PoolerSpec{Name: "noreset", Mode: lab.Session, PoolSize: 5, Settings: map[string]string{"server_reset_query": ""}},
 			// PgBouncer that admits one client at a time.
-			lab.PoolerSpec{Name: "oneclient", Mode: lab.Session, PoolSize: 5, Settings: map[string]string{"max_client_conn": "1"}}),
+			lab.PoolerSpec{Name: "oneclient", Mode: lab.Session, PoolSize: 5, Settings: map[string]string{"max_client_conn": "1"}},
+			// PgBouncer in session mode that reaches the primary by its
+			// unix socket, while its clients use TCP.
+			lab.PoolerSpec{Name: "sessionsock", Mode: lab.Session, PoolSize: 5, ServerSocket: true}),
 	}, &testLab))
 }

@@ -354,7 +354,7 @@ func Run(ctx context.Context, opts Options) (rep *Report, err error) {
 	}
 	rep.Checks = append(rep.Checks, proxy.check,
 		checkIdleSessionTimeout(first.settings.Timeouts, o.HeartbeatInterval),
-		checkDeadPeer(first.settings, o.HeartbeatInterval, o.HeartbeatTimeout),
+		checkDeadPeer(first.settings, proxy.relayedTCP, p.pooler, o.HeartbeatInterval, o.HeartbeatTimeout),
 		checkPrivileges(first.settings))
 	return rep, nil
 }

@@ -47,6 +47,11 @@ type PoolerSpec struct {
 	// Settings are further [pgbouncer] settings, which win over the lab's
 	// own: for example "server_reset_query" set to "" (none).
 	Settings map[string]string `json:"settings,omitempty"`
+	// ServerSocket makes PgBouncer reach the primary by its unix socket,
+	// while its clients still use TCP: the server then sees a unix-socket
+	// client for a client that is not. Not in an HA lab, whose poolers
+	// reach the primary through a TCP router.
+	ServerSocket bool `json:"server_socket,omitempty"`
 }
 
 // DefaultPoolers are what `leasectl lab up` starts: PgBouncer in transaction
@@ -667,8 +672,12 @@ func (l *Lab) PoolerTarget() int {
 // poolerINI renders p's pgbouncer.ini.
 func (l *Lab) poolerINI(p *Pooler) string {
 	dir := filepath.Dir(p.ConfigFile)
+	host := "127.0.0.1"
+	if p.ServerSocket && l.HA == nil {
+		host = l.Primary.SocketDir
+	}
 	ini := fmt.Sprintf(`[databases]
-* = host=127.0.0.1 port=%d
+* = host=%s port=%d
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -688,7 +697,7 @@ pidfile = %s
 logfile = %s
 log_connections = 0
 log_disconnections = 0
-`, l.PoolerTarget(), p.Port, filepath.Join(dir, "userlist.txt"), l.User, p.Mode, p.PoolSize, p.PIDFile, p.LogFile)
+`, host, l.PoolerTarget(), p.Port, filepath.Join(dir, "userlist.txt"), l.User, p.Mode, p.PoolSize, p.PIDFile, p.LogFile)
 	keys := make([]string, 0, len(p.Settings))
 	for k := range p.Settings {
 		keys = append(keys, k)
