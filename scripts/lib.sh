@@ -26,6 +26,10 @@ need_packages() {
     # pgpool-II load balancing, HAProxy, a socat unix-to-TCP relay.
     command -v pgpool >/dev/null 2>&1 || [ -x /usr/sbin/pgpool ] || missing+=(pgpool2)
     command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
+    # nginx's stream proxy (the lab's nginx front door): Debian ships the
+    # stream module as a package of its own, which nginx does not pull in.
+    command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+    [ -e /usr/lib/nginx/modules/ngx_stream_module.so ] || missing+=(libnginx-mod-stream)
     command -v socat >/dev/null 2>&1 || missing+=(socat)
     # The HA lab: Patroni (its Debian package brings python3-etcd and
     # psycopg2) and etcd 3.4.
@@ -61,7 +65,19 @@ ensure_deps() {
     [ "$(id -u)" -ne 0 ] && sudo="sudo"
     echo ">> installing: $missing" >&2
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null
+    # Packages such as nginx, postgresql and pgbouncer start a service of
+    # their own on install (port 80, 5432, 6432), and an install whose
+    # service cannot start (its port taken) fails. The lab starts its own
+    # processes on free ports and needs none of them: where no policy says
+    # otherwise, deny service starts for the length of the install.
+    local policy=/usr/sbin/policy-rc.d added=""
+    if [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null && $sudo chmod 755 "$policy" && added=1
+    fi
+    local rc=0
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null || rc=$?
+    [ -n "$added" ] && $sudo rm -f "$policy"
+    [ "$rc" -eq 0 ] || exit "$rc"
   fi
   # goreleaser, pinned, for internal/release's release test (go install
   # once; offline afterwards).
@@ -69,6 +85,6 @@ ensure_deps() {
     command -v goreleaser >/dev/null 2>&1 || [ -x "$(go env GOPATH)/bin/goreleaser" ] ||
       go install github.com/goreleaser/goreleaser/v2@v2.15.1
   fi
-  # Debian's packages may start their own cluster and pooler on 5432/6432;
-  # leasectl's lab uses its own free ports, so they do not get in the way.
+  # Where a policy let Debian's packages start their own cluster and pooler
+  # on 5432/6432, leasectl's lab still uses its own free ports.
 }

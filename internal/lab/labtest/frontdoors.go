@@ -16,10 +16,10 @@ import (
 
 // Front doors are what a client may find between itself and the primary
 // besides PgBouncer: pgpool-II load-balancing reads to the standby, HAProxy
-// in TCP mode, and a local unix-socket relay such as the Cloud SQL Auth
-// Proxy serves. Each runs as the server OS user, in a session of its own,
-// from a directory of the lab's run dir, with its output in a log file
-// there, and is stopped by [lab.Lab.Stop].
+// in TCP mode, nginx's stream (TCP) proxy, and a local unix-socket relay
+// such as the Cloud SQL Auth Proxy serves. Each runs as the server OS user,
+// in a session of its own, from a directory of the lab's run dir, with its
+// output in a log file there, and is stopped by [lab.Lab.Stop].
 
 // Spec says which front doors a lab gets.
 type Spec struct {
@@ -30,6 +30,9 @@ type Spec struct {
 	// HAProxy are HAProxy instances in TCP mode to start, each in front of
 	// the servers its spec names.
 	HAProxy []HAProxySpec
+	// Nginx are nginx instances (its stream module: a TCP proxy) to start,
+	// each in front of the servers its spec names.
+	Nginx []NginxSpec
 	// Relays are the names of socat relays to start: unix sockets that
 	// forward to the primary's TCP port.
 	Relays []string
@@ -44,12 +47,17 @@ type FrontDoors struct {
 	PgPool *PgPool `json:"pgpool,omitempty"`
 	// HAProxies are the lab's HAProxy instances.
 	HAProxies []HAProxy `json:"haproxy,omitempty"`
+	// Nginxes are the lab's nginx instances.
+	Nginxes []Nginx `json:"nginx,omitempty"`
 	// Relays are the lab's socat relays.
 	Relays []Relay `json:"relays,omitempty"`
 
-	spec                            Spec
-	lab                             *lab.Lab
-	pgpoolBin, haproxyBin, socatBin string
+	spec                                      Spec
+	lab                                       *lab.Lab
+	pgpoolBin, haproxyBin, nginxBin, socatBin string
+	// nginxModule is the stream module nginx needs loaded; empty when it
+	// is built in.
+	nginxModule string
 }
 
 // name is the FrontDoors' key in lab.json.
@@ -91,7 +99,8 @@ func (d *FrontDoors) Name() string { return name }
 
 // Check refuses front doors that cannot work in a lab with opts, and
 // finds their programs: pgpool (Debian package pgpool2) for PgPool,
-// haproxy for HAProxy and socat for Relays, and only those.
+// haproxy for HAProxy, nginx and its stream module (libnginx-mod-stream)
+// for Nginx, and socat for Relays, and only those.
 func (d *FrontDoors) Check(opts lab.Options) (int, error) {
 	if d.lab != nil {
 		return 0, errors.New("these front doors serve a lab already: make new ones (labtest.New) for each lab")
@@ -110,12 +119,20 @@ func (d *FrontDoors) Check(opts lab.Options) (int, error) {
 			return 0, err
 		}
 	}
+	if len(d.spec.Nginx) > 0 {
+		if d.nginxBin, err = lab.FindProgram("nginx", "nginx", nginxDirs); err != nil {
+			return 0, err
+		}
+		if d.nginxModule, err = findStreamModule(d.nginxBin); err != nil {
+			return 0, err
+		}
+	}
 	if len(d.spec.Relays) > 0 {
 		if d.socatBin, err = lab.FindProgram("socat", "socat", socatDirs); err != nil {
 			return 0, err
 		}
 	}
-	n := len(d.spec.HAProxy)
+	n := len(d.spec.HAProxy) + len(d.spec.Nginx)
 	if d.spec.PgPool != nil {
 		n++
 	}
@@ -133,9 +150,9 @@ var (
 )
 
 // Start starts the twin when a front door needs it, then pgpool-II, the
-// relays and the HAProxy instances, on the given ports. Each process is
-// recorded in d as soon as it runs, so that Stop ends it whatever happens
-// next.
+// relays, the HAProxy instances and the nginx instances, on the given
+// ports. Each process is recorded in d as soon as it runs, so that Stop
+// ends it whatever happens next.
 func (d *FrontDoors) Start(ctx context.Context, l *lab.Lab, ports []int, password string) error {
 	d.lab = l
 	var twin *lab.Server
@@ -162,11 +179,17 @@ func (d *FrontDoors) Start(ctx context.Context, l *lab.Lab, ports []int, passwor
 			return err
 		}
 	}
+	ports = ports[len(d.spec.HAProxy):]
+	for i, spec := range d.spec.Nginx {
+		if err := d.startNginx(ctx, spec, ports[i], twin); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
-// Stop stops the relays, the HAProxy instances and pgpool-II, and then the
-// twin.
+// Stop stops the relays, the HAProxy and nginx instances and pgpool-II,
+// and then the twin.
 func (d *FrontDoors) Stop() []error {
 	if d.lab == nil {
 		return nil // never started
@@ -181,6 +204,14 @@ func (d *FrontDoors) Stop() []error {
 		if pid := HAProxyPID(&d.HAProxies[i]); pid > 0 {
 			// SIGTERM is HAProxy's hard stop; SIGUSR1 would wait for the
 			// sessions to end.
+			errs = append(errs, lab.StopGroup(pid, syscall.SIGTERM, 5*time.Second))
+		}
+	}
+	for i := range d.Nginxes {
+		if pid := NginxPID(&d.Nginxes[i]); pid > 0 {
+			// SIGTERM is nginx's fast shutdown, which closes the
+			// sessions; SIGQUIT would wait for them to end. The group
+			// is the master and its workers.
 			errs = append(errs, lab.StopGroup(pid, syscall.SIGTERM, 5*time.Second))
 		}
 	}
@@ -212,6 +243,10 @@ func (d *FrontDoors) Status() []lab.Component {
 		h := &d.HAProxies[i]
 		add(h.Name, "haproxy "+h.Balance, h.Port, HAProxyPID(h))
 	}
+	for i := range d.Nginxes {
+		n := &d.Nginxes[i]
+		add(n.Name, "nginx "+n.policyName(), n.Port, NginxPID(n))
+	}
 	for i := range d.Relays {
 		r := &d.Relays[i]
 		pid := RelayPID(r)
@@ -227,6 +262,11 @@ func (d *FrontDoors) Alive() bool {
 	}
 	for i := range d.HAProxies {
 		if HAProxyPID(&d.HAProxies[i]) > 0 {
+			return true
+		}
+	}
+	for i := range d.Nginxes {
+		if NginxPID(&d.Nginxes[i]) > 0 {
 			return true
 		}
 	}
@@ -441,6 +481,9 @@ func checkSpec(spec Spec, opts lab.Options) error {
 				return fmt.Errorf("lab options: HAProxy %s: %s %v is out of range: use 0 (an hour) or up to %v", h.Name, what, d, maxHAProxyTimeout)
 			}
 		}
+	}
+	if err := checkNginx(spec.Nginx, spec.HAProxy, opts); err != nil {
+		return err
 	}
 	seen = map[string]bool{}
 	for _, name := range spec.Relays {

@@ -11,14 +11,14 @@ import (
 // a server of its own initdb (so its own system identifier), with the same
 // superuser and password, replicating nothing. Behind one front door with
 // the primary it is split brain, or a host name that resolves to two
-// unrelated servers: each holds its own advisory locks. HAProxy names it as
-// the backend "twin"; pgpool-II in native replication mode
+// unrelated servers: each holds its own advisory locks. HAProxy and nginx
+// name it as the backend "twin"; pgpool-II in native replication mode
 // (PgPoolSpec.Mode) writes to the primary and the twin alike. It is started
 // when a front door needs it, before the front doors, and stopped after
 // them. Its files are always under the run dir's "twin", so that Stop finds
 // it even when the front door that needs it failed to start.
 
-// TwinBackend is the HAProxySpec backend that names the twin.
+// TwinBackend is the HAProxySpec and NginxSpec backend that names the twin.
 const TwinBackend = "twin"
 
 const twinName = "twin"
@@ -30,6 +30,11 @@ func (s Spec) needsTwin() bool {
 	}
 	for _, h := range s.HAProxy {
 		if slices.Contains(h.Backends, TwinBackend) {
+			return true
+		}
+	}
+	for _, n := range s.Nginx {
+		if slices.Contains(n.Backends, TwinBackend) {
 			return true
 		}
 	}
@@ -58,6 +63,11 @@ func (d *FrontDoors) Twin() *lab.Server {
 	}
 	for i := range d.HAProxies {
 		if t := d.HAProxies[i].Twin; t != nil {
+			return t
+		}
+	}
+	for i := range d.Nginxes {
+		if t := d.Nginxes[i].Twin; t != nil {
 			return t
 		}
 	}
