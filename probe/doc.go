@@ -12,9 +12,10 @@
 // is its own round trip and its own transaction, because a batch, pipeline
 // or multi-statement string runs as one implicit transaction that a pooler
 // keeps on one backend, and each says which backend and which server ran
-// it. Behind a proxy, contenders are also opened one after another once A
-// holds the key: a balancer may put connections that arrive together on
-// one server.
+// it. Behind a proxy, ten contenders are also opened one after another once
+// A holds the key: a balancer may put connections that arrive together on
+// one server, and one that spreads connections over two servers sends all
+// ten to A's with a chance of at most 1 in 1,024.
 //
 // The probe leaves nothing behind: its key is released on every connection
 // that may have taken it, on every path, including cancellation, and where

@@ -24,6 +24,14 @@ var doors = labtest.New(labtest.Spec{
 		{Name: "split", Backends: []string{"primary", labtest.TwinBackend}, Balance: "leastconn"},
 		{Name: "split-rr", Backends: []string{"primary", labtest.TwinBackend}},
 	},
+	// nginx's stream proxy over the primary and the twin: round robin
+	// kept per worker process (no zone), shared (zone), and by client
+	// address.
+	Nginx: []labtest.NginxSpec{
+		{Name: "nginx-rr", Backends: []string{"primary", labtest.TwinBackend}},
+		{Name: "nginx-zone", Backends: []string{"primary", labtest.TwinBackend}, Zone: true},
+		{Name: "nginx-hash", Backends: []string{"primary", labtest.TwinBackend}, Policy: "hash"},
+	},
 	Relays: []string{"cloudsql"},
 })
 

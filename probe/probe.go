@@ -256,9 +256,9 @@ var ErrInterrupted = errkind.New(errkind.Interrupted, "probe interrupted: no ver
 // which server and backend ran it and reads the settings the checks judge.
 // Every contender then tries the key (it must be refused, on another
 // backend of the same server), and A proves it still holds it (unlock and
-// take again, in one statement): Rounds times. Behind a proxy, Contenders+1
-// more contenders are then opened one after another, each trying the key
-// once, and A proves its hold again. With Idle, A then waits. Then A
+// take again, in one statement): Rounds times. Behind a proxy,
+// SpreadConnections more contenders are then opened one after another, each
+// trying the key once, and A proves its hold again. With Idle, A then waits. Then A
 // disconnects and a contender checks that the key was released with it.
 // Every statement is its own round trip and transaction and says which
 // backend and server ran it; none reads pg_locks unless something already

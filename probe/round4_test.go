@@ -3,6 +3,7 @@ package probe_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/dbconn"
+	"github.com/leasectl/leasectl/internal/lab"
+	"github.com/leasectl/leasectl/internal/lab/labtest"
 	"github.com/leasectl/leasectl/probe"
 )
 
@@ -198,4 +201,181 @@ func (r *freezingRelay) close() {
 		c.Close()
 	}
 	r.conns = nil
+}
+
+// TestNginxRoundRobinOverTwoPrimariesIsRefused: nginx's stream proxy over
+// the primary and an unrelated second primary, with two worker processes,
+// round robin kept per worker (no zone: it said STABLE 11 times in 60) and
+// shared (zone). 30 probes through each, 30 refusals naming the other
+// server, and the exclusion line states the bound when it passes.
+func TestNginxRoundRobinOverTwoPrimariesIsRefused(t *testing.T) {
+	for _, name := range []string{"nginx-rr", "nginx-zone"} {
+		t.Run(name, func(t *testing.T) {
+			// As a user writes it: no sslmode, so pgx's default prefer
+			// opens a TLS attempt first, which the server refuses, and
+			// then a second connection: both advance nginx's positions.
+			dsn := strings.Replace(doors.NginxDSN(name), "sslmode=disable&", "", 1)
+			if strings.Contains(dsn, "sslmode") {
+				t.Fatalf("the DSN still sets sslmode: %s", dsn)
+			}
+			// Other clients connect through it all the while, as other
+			// services' connections do, and move each worker's position.
+			stop := churn(t, doors.Nginx(name).Port)
+			defer stop()
+			refused := 0
+			for i := range 30 {
+				rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, dsn)})
+				if err != nil {
+					t.Fatalf("run %d: %v", i+1, err)
+				}
+				if rep.Verdict == probe.Refused && rep.Refusal == probe.Safety && strings.Contains(strings.Join(rep.Reasons(), "; "), "another server") {
+					refused++
+				} else {
+					t.Logf("run %d: %s (%s), want REFUSED naming another server:%s", i+1, rep.Verdict, rep.Refusal, dump(rep))
+				}
+			}
+			if refused != 30 {
+				t.Errorf("%d of 30 probes through nginx %s over two unrelated primaries were refused, want 30", refused, name)
+			}
+		})
+	}
+	assertNothingLeftOn(t, testLab.DirectDSN())
+	assertNothingLeftOn(t, doors.TwinDSN())
+}
+
+// TestAnAddressBalancerIsNamedAsUnseen: nginx `hash $remote_addr` over two
+// unrelated primaries sends every connection from one address to one
+// server, so a probe from one host cannot see the other: it says STABLE,
+// and its proxy line says what it cannot rule out and what to run. The
+// ground truth: from a second address (127.0.0.x) a client reaches the
+// other server, and both hold the key at once.
+func TestAnAddressBalancerIsNamedAsUnseen(t *testing.T) {
+	ctx := context.Background()
+	dsn := doors.NginxDSN("nginx-hash")
+	for i := range 10 {
+		rep, err := probe.Run(ctx, probe.Options{ConnConfig: cfgFor(t, dsn)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		px, _ := rep.Check(probe.CheckProxy)
+		if rep.Verdict != probe.Stable || !strings.Contains(px.Detail, "cannot rule out a balancer that places clients by their address") || !strings.Contains(px.Detail, "from a second host") {
+			t.Fatalf("run %d: want STABLE (one host cannot see it) with the proxy line naming what it cannot rule out:%s", i+1, dump(rep))
+		}
+	}
+	const key = 4242036
+	a := connect(t, dsn)
+	var aSystem int64
+	var got bool
+	if err := a.QueryRow(ctx, "SELECT system_identifier, pg_try_advisory_lock($1) FROM pg_control_system()", int64(key)).Scan(&aSystem, &got); err != nil || !got {
+		t.Fatalf("A: %v, %v", got, err)
+	}
+	for last := 2; last < 40; last++ {
+		cfg := cfgFor(t, dsn)
+		local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(last))}
+		cfg.DialFunc = (&net.Dialer{LocalAddr: local, Timeout: 5 * time.Second}).DialContext
+		b, err := dbconn.Connect(ctx, cfg)
+		if err != nil {
+			t.Fatalf("from %s: %v", local.IP, err)
+		}
+		var bSystem int64
+		err = b.QueryRow(ctx, "SELECT system_identifier, pg_try_advisory_lock($1) FROM pg_control_system()", int64(key)).Scan(&bSystem, &got)
+		b.Close(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bSystem != aSystem {
+			if !got {
+				t.Fatalf("from %s on another server, the key was refused", local.IP)
+			}
+			t.Logf("from %s a client reached the other server and took the key A holds", local.IP)
+			return
+		}
+		if got {
+			t.Fatalf("from %s on A's server the key was granted", local.IP)
+		}
+	}
+	t.Fatal("no address of 127.0.0.2 to 127.0.0.39 reached the other server: the ground truth changed")
+}
+
+// TestPgPoolRawModeIsAccepted: pgpool-II in raw mode over the primary and an
+// unrelated second primary sends every statement to the first node up and
+// balances nothing, though SHOW pool_nodes lists the second as a replica
+// with a weight: a safe door (it was refused 20 of 20). The pgpool line
+// says so, and what a failover to the second node does to a lease. With
+// connection_cache = off the same.
+func TestPgPoolRawModeIsAccepted(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		settings map[string]string
+	}{{"defaults", nil}, {"connection_cache off", map[string]string{"connection_cache": "off"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			l, d, err := labtest.Start(ctx, lab.Options{Poolers: []lab.PoolerSpec{}}, labtest.Spec{PgPool: &labtest.PgPoolSpec{Mode: labtest.Raw, Settings: tc.settings}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Stop(context.Background()) })
+			// The ground truth: 30 sessions of 4 statements each through
+			// pgpool all reach the primary.
+			primary := testSystem(t, l.DirectDSN())
+			for i := range 30 {
+				c := connect(t, d.PgPoolDSN())
+				for range 4 {
+					var sys int64
+					if err := c.QueryRow(ctx, "SELECT system_identifier FROM pg_control_system()").Scan(&sys); err != nil {
+						t.Fatal(err)
+					}
+					if sys != primary {
+						t.Fatalf("session %d: a statement reached the twin in raw mode", i+1)
+					}
+				}
+				c.Close(ctx)
+			}
+			for i := range 10 {
+				rep, err := probe.Run(ctx, probe.Options{ConnConfig: cfgFor(t, d.PgPoolDSN())})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, _ := rep.Check(probe.CheckPgPool)
+				if rep.Verdict != probe.Stable || c.Status != probe.Info || !strings.Contains(c.Detail, "raw mode") || !strings.Contains(c.Detail, "failover targets") || strings.Contains(c.Detail, "balances load") {
+					t.Fatalf("run %d: want STABLE with the pgpool line naming raw mode:%s", i+1, dump(rep))
+				}
+			}
+		})
+	}
+}
+
+// testSystem is the system identifier of the server of dsn.
+func testSystem(t *testing.T, dsn string) int64 {
+	t.Helper()
+	var sys int64
+	if err := connect(t, dsn).QueryRow(context.Background(), "SELECT system_identifier FROM pg_control_system()").Scan(&sys); err != nil {
+		t.Fatal(err)
+	}
+	return sys
+}
+
+// churn opens and closes TCP connections to 127.0.0.1:port at random
+// intervals of 0 to 4 ms until stopped: other clients of a balancer, each of
+// which it places (and, in round robin, moves the position of the worker
+// that accepted it).
+func churn(t *testing.T, port int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Duration(rand.IntN(4000)) * time.Microsecond):
+			}
+			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+				c.Close()
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
 }

@@ -316,9 +316,10 @@ func readFile(path string) string {
 // pg_try_advisory_lock and pg_is_in_recovery) go to the primary.
 type PgPoolSpec struct {
 	// Mode is pgpool's clustering mode: empty for streaming replication
-	// over the primary and its standby, or NativeReplication, where pgpool
+	// over the primary and its standby, NativeReplication, where pgpool
 	// itself writes to the primary and the twin (a second, unrelated
-	// primary; see Twin), and no standby is needed.
+	// primary; see Twin), or Raw, over the primary and the twin, where
+	// every statement goes to the primary. The last two need no standby.
 	Mode string `json:"mode,omitempty"`
 	// Settings are further pgpool.conf settings, which win over the lab's
 	// own. Values are written as they are, so strings need their quotes:
@@ -349,6 +350,15 @@ type PgPool struct {
 // NativeReplication is the PgPoolSpec.Mode in which pgpool-II replicates
 // writes itself, to every backend: each is a writable primary.
 const NativeReplication = "native_replication"
+
+// Raw is the PgPoolSpec.Mode in which pgpool-II sends every statement to
+// the first backend that is up, the primary, and keeps the twin as the
+// node it fails over to; it balances nothing.
+const Raw = "raw"
+
+// twinMode reports whether pgpool in mode runs over the primary and the
+// twin, rather than the primary and its standby.
+func twinMode(mode string) bool { return mode == NativeReplication || mode == Raw }
 
 // HAProxySpec describes one HAProxy instance of a lab: one haproxy process
 // in TCP mode, with no health checks, in front of the lab's servers.
@@ -445,9 +455,9 @@ func checkSpec(spec Spec, opts lab.Options) error {
 			if !opts.Standby {
 				return errors.New("lab options: PgPool needs a standby to balance reads to (set Standby: true), or Mode NativeReplication")
 			}
-		case NativeReplication:
+		case NativeReplication, Raw:
 		default:
-			return fmt.Errorf("lab options: PgPool Mode %q: use \"\" (streaming replication over primary and standby) or %q", spec.PgPool.Mode, NativeReplication)
+			return fmt.Errorf("lab options: PgPool Mode %q: use \"\" (streaming replication over primary and standby), %q or %q", spec.PgPool.Mode, NativeReplication, Raw)
 		}
 	}
 	seen := map[string]bool{}

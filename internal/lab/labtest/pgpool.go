@@ -17,7 +17,7 @@ import (
 // ---- pgpool-II ----
 
 // startPgPool starts pgpool-II in front of the primary (backend 0) and the
-// standby (backend 1), or in native replication mode in front of the
+// standby (backend 1), or in overTwin replication mode in front of the
 // primary and the twin.
 //
 // Authentication: clients log in to pgpool with SCRAM (pool_hba.conf), and
@@ -33,11 +33,11 @@ import (
 // (sr_check_password is empty, so pgpool takes it from pool_passwd).
 func (d *FrontDoors) startPgPool(ctx context.Context, spec PgPoolSpec, port int, password string, twin *lab.Server) error {
 	l := d.lab
-	native := spec.Mode == NativeReplication
+	overTwin := twinMode(spec.Mode)
 	switch {
-	case native && twin == nil:
-		return errors.New("pgpool in native replication mode needs the twin, and there is none")
-	case !native && l.Standby == nil:
+	case overTwin && twin == nil:
+		return fmt.Errorf("pgpool in %s mode needs the twin, and there is none", spec.Mode)
+	case !overTwin && l.Standby == nil:
 		return errors.New("pgpool needs the lab's standby, and there is none (start the lab with Standby: true)")
 	}
 	dir, err := l.MakeDir("pgpool")
@@ -51,7 +51,7 @@ func (d *FrontDoors) startPgPool(ctx context.Context, spec PgPoolSpec, port int,
 		PIDFile:    filepath.Join(dir, "pgpool.pid"),
 		LogFile:    filepath.Join(dir, "pgpool.log"),
 	}
-	if native {
+	if overTwin {
 		p.Twin = twin
 	}
 	if out, err := exec.CommandContext(ctx, d.pgpoolBin, "--version").CombinedOutput(); err == nil {
@@ -70,8 +70,8 @@ func (d *FrontDoors) startPgPool(ctx context.Context, spec PgPoolSpec, port int,
 			return err
 		}
 	}
-	if native {
-		l.Logf("start pgpool-II on 127.0.0.1:%d (native replication over primary %d and twin %d)", port, l.Primary.Port, twin.Port)
+	if overTwin {
+		l.Logf("start pgpool-II on 127.0.0.1:%d (%s mode over primary %d and twin %d)", port, spec.Mode, l.Primary.Port, twin.Port)
 	} else {
 		l.Logf("start pgpool-II on 127.0.0.1:%d (primary %d, standby %d, load balancing)", port, l.Primary.Port, l.Standby.Port)
 	}
@@ -86,14 +86,14 @@ func (d *FrontDoors) startPgPool(ctx context.Context, spec PgPoolSpec, port int,
 	}
 	// pgpool opens its port before it knows which backend is the primary,
 	// and gives up looking after search_primary_node_timeout; without a
-	// primary it would send everything to the wrong place. In native
-	// replication mode it looks for none.
+	// primary it would send everything to the wrong place. Over the twin
+	// (native replication and raw mode) it looks for none.
 	ready := func() (bool, error) {
 		log := readFile(p.LogFile)
 		switch {
 		case !strings.Contains(log, "successfully started"):
 			return false, nil
-		case !native && !strings.Contains(log, "primary node is 0"):
+		case !overTwin && !strings.Contains(log, "primary node is 0"):
 			return false, fmt.Errorf("it started without finding the primary among its backends (can sr_check_user %s log in with the password in pool_passwd?)", l.User)
 		}
 		return lab.DialOK(port), nil
@@ -105,7 +105,7 @@ func (d *FrontDoors) startPgPool(ctx context.Context, spec PgPoolSpec, port int,
 }
 
 // pgpoolConf renders p's pgpool.conf: streaming-replication mode (or native
-// replication over primary and twin) with load balancing, and nothing that
+// replication or raw mode over primary and twin) with load balancing on, and nothing that
 // watches, fails over or reconnects on its own (no health checks, failover,
 // watchdog or replication-delay checks), so that the lab's own restarts and
 // promotions are not second-guessed.
@@ -114,8 +114,8 @@ func pgpoolConf(l *lab.Lab, p *PgPool) string {
 	q := func(s string) string { return "'" + s + "'" }
 	mode, second, secondName := "streaming_replication", 0, "standby"
 	switch {
-	case p.Mode == NativeReplication && p.Twin != nil:
-		mode, second, secondName = NativeReplication, p.Twin.Port, twinName
+	case twinMode(p.Mode) && p.Twin != nil:
+		mode, second, secondName = p.Mode, p.Twin.Port, twinName
 	case l.Standby != nil:
 		second = l.Standby.Port
 	}

@@ -25,7 +25,7 @@ const twinName = "twin"
 
 // needsTwin reports whether a front door of s needs the twin.
 func (s Spec) needsTwin() bool {
-	if s.PgPool != nil && s.PgPool.Mode == NativeReplication {
+	if s.PgPool != nil && twinMode(s.PgPool.Mode) {
 		return true
 	}
 	for _, h := range s.HAProxy {
