@@ -30,9 +30,13 @@ func (e *DSNError) Error() string {
 }
 
 // ConnectError reports that the server could not be reached or refused the
-// connection (network, TLS, authentication). Addr names the host:port or
-// socket that was tried; the message says what to check, and never shows
-// a password of the DSN or the one pgx found in PGPASSWORD or a pgpass file.
+// connection (network, TLS, authentication), or that target_session_attrs
+// refused every server reached (a standby where the primary is wanted: see
+// [TargetSessionAttrsError]). Addr names the host:port or socket that was
+// tried; the message says why, from the attempt that says most (not the
+// TLS attempt that sslmode=prefer makes first), and what to check, and never
+// shows a password of the DSN or the one pgx found in PGPASSWORD or a
+// pgpass file.
 type ConnectError struct {
 	Addr string
 	User string
@@ -46,7 +50,7 @@ type ConnectError struct {
 }
 
 func (e *ConnectError) Error() string {
-	msg := fmt.Sprintf("connect to %s: %s", e.Addr, conciseCause(e.Err))
+	msg := fmt.Sprintf("connect to %s: %s", e.Addr, causeOf(e.Err))
 	if e.hint != "" {
 		msg += " (" + e.hint + ")"
 	}
@@ -131,11 +135,23 @@ func Parse(dsn string, timeout time.Duration) (*pgx.ConnConfig, error) {
 // before pgx prepares the connection (pgx builds its type registry first,
 // half a millisecond in a new process), so that the server forks the
 // session's backend meanwhile.
+//
+// A server that target_session_attrs turns away (a standby where the
+// primary is wanted) fails its attempt with a *TargetSessionAttrsError
+// that names it and says what it is, and the ConnectError says so rather
+// than what another attempt met (the TLS that sslmode=prefer tries first).
 func Connect(ctx context.Context, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 	ctx = context.WithValue(ctx, connecting{}, true)
 	c := cfg.Copy()
 	d := &noCancelDialer{dial: c.DialFunc}
 	c.DialFunc = d.Dial
+	if c.ValidateConnect != nil {
+		names := newHostNames(&c.Config)
+		if c.LookupFunc != nil {
+			c.LookupFunc = names.wrap(c.LookupFunc)
+		}
+		c.ValidateConnect = explainRefusals(c.ValidateConnect, names)
+	}
 	d.dialEarly(ctx, c)
 	conn, err := pgx.ConnectConfig(ctx, c)
 	d.dropEarly()
@@ -282,7 +298,11 @@ func newConnectError(cfg *pgx.ConnConfig, err error, accepted bool) *ConnectErro
 	}
 	var pgErr *pgconn.PgError
 	var dnsErr *net.DNSError
+	refused, others := sortAttempts(err)
 	switch {
+	case len(refused) > 0 && len(others) == 0:
+		// Every server it reached was the wrong kind: a standby, say.
+		ce.hint = refusalAdvice(refused)
 	case isAuthError(err):
 		ce.hint = fmt.Sprintf("authentication failed for user %q: check the user and password in the DSN, PGPASSWORD or the pgpass file", cfg.User)
 	case errors.As(err, &pgErr) && pgErr.Code == "3D000":
@@ -329,7 +349,8 @@ func isProtocolError(err error) bool {
 
 // conciseCause renders the reason a connection failed without pgx's
 // "failed to connect to `user=… database=…`:" wrapper: the server's error,
-// the network error, or the innermost error's first line.
+// the network error, or the innermost error's first line. causeOf calls it
+// with the attempts worth showing.
 func conciseCause(err error) string {
 	var pgErr *pgconn.PgError
 	var dnsErr *net.DNSError

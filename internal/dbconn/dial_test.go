@@ -18,8 +18,9 @@ import (
 )
 
 // testLab starts when the first test asks for it; the other tests of the
-// package need no server.
-var testLab = pgtest.NewLazy(lab.Options{})
+// package need no server. Its hot standby is what target_session_attrs
+// refuses (standby_test.go).
+var testLab = pgtest.NewLazy(lab.Options{Standby: true})
 
 func TestMain(m *testing.M) { os.Exit(pgtest.RunMainLazy(m, testLab)) }
 
