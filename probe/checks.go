@@ -881,7 +881,7 @@ type proxyResult struct {
 // addressBalancerCaveat is what a probe from one host cannot see behind a
 // proxy: a balancer that places clients by their address sends every
 // connection from one host to one server.
-const addressBalancerCaveat = "A probe from one host cannot rule out a balancer that places clients by their address (nginx `hash $remote_addr`, HAProxy `balance source`): every connection from this host reaches one server, while replicas on other hosts may reach others. To rule it out, run the probe from a second host as well (more --contenders from this one cannot), or read the balancer's configuration"
+const addressBalancerCaveat = "From one host a probe cannot rule out a balancer that places clients by their address (nginx `hash $remote_addr`, HAProxy `balance source`), which sends all of this host's connections to one server: run the probe from a second host too (more --contenders cannot show it)"
 
 // proxyHints collects the signs that something sits between client and
 // server. They warn and never refuse: a session-mode pooler is safe. When
@@ -1168,19 +1168,18 @@ func checkIdleSessionTimeout(t sessionTimeouts, heartbeat time.Duration) Check {
 // keeps it until it notices the client is gone by its own keepalives or
 // idle timeout, which the probe cannot read.
 func checkDeadPeer(s serverSettings, relayedTCP bool, pooler string, heartbeat, hbTimeout time.Duration) Check {
-	server := serverDeadPeer(s, heartbeat, hbTimeout)
 	if !relayedTCP {
-		return server
+		return serverDeadPeer(s, heartbeat, hbTimeout)
 	}
-	between := "on its link to the server, which this connection reaches by its unix socket, there is no network"
-	if !s.ClientOnSocket {
-		between = "on its TCP link to the server, " + lowerFirst(server.Detail)
-	}
-	settings := "PgBouncer: tcp_keepalive, tcp_keepidle, tcp_keepintvl, tcp_keepcnt, tcp_user_timeout, client_idle_timeout; HAProxy: timeout client; nginx: proxy_timeout, listen … so_keepalive"
+	settings := "PgBouncer: tcp_keepalive, tcp_keepidle, tcp_keepintvl, tcp_keepcnt, tcp_user_timeout; HAProxy: timeout client; nginx: proxy_timeout"
 	if pooler == pgpoolName {
 		settings = "pgpool-II: client_idle_limit, 0 by default: never"
 	}
-	return warn(CheckDeadPeer, "this connection is TCP to a pooler or proxy, which holds the server session: when a client dies without closing its connection (its host lost, a partition), its session and the key stay with the pooler until the pooler notices the client is gone, by its own TCP keepalives or idle timeout ("+settings+"), which the probe cannot read: ≈2h11m with the operating system's defaults. Set them below the time a stand-by may wait, or give leases a direct DSN. The server's own settings judge only the pooler's side: "+between)
+	serverSide := "it reaches the server by its unix socket"
+	if !s.ClientOnSocket {
+		serverSide = fmt.Sprintf("the server would drop a vanished pooler's session after ≈%s to %s (%s)", s.TCP.Earliest(), humanDuration(s.TCP.Latest()), s.TCP)
+	}
+	return warn(CheckDeadPeer, fmt.Sprintf("this connection is TCP to a pooler or proxy, which holds the server session: a client that dies without closing it (host lost, partition) leaves its key held until the pooler notices, by its own keepalives or idle timeout (%s), which the probe cannot read (≈2h11m with the OS defaults); %s", settings, serverSide))
 }
 
 // serverDeadPeer judges the server's dead-peer detection for this session,
@@ -1204,14 +1203,6 @@ func serverDeadPeer(s serverSettings, heartbeat, hbTimeout time.Duration) Check 
 	default:
 		return pass(CheckDeadPeer, fmt.Sprintf("a dead client's lock is released after ≈%s to %s (%s), after a lease notices the loss (≤ %s)", earliest, latest, tcp, notice))
 	}
-}
-
-// lowerFirst lowers a sentence's first letter, to continue another.
-func lowerFirst(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToLower(s[:1]) + s[1:]
 }
 
 func checkPrivileges(s serverSettings) Check {

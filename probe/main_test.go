@@ -23,6 +23,7 @@ var doors = labtest.New(labtest.Spec{
 		// nothing with it, behind one address.
 		{Name: "split", Backends: []string{"primary", labtest.TwinBackend}, Balance: "leastconn"},
 		{Name: "split-rr", Backends: []string{"primary", labtest.TwinBackend}},
+		{Name: "split-random", Backends: []string{"primary", labtest.TwinBackend}, Balance: "random"},
 	},
 	// nginx's stream proxy over the primary and the twin: round robin
 	// kept per worker process (no zone), shared (zone), and by client

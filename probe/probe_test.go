@@ -537,7 +537,7 @@ func TestProbeOnABorrowedConnection(t *testing.T) {
 // that a probe opens at the same moment then often land on one server. 30
 // probes through each balancer, 30 refusals, each naming the other server.
 func TestBalancerOverTwoPrimariesIsRefused(t *testing.T) {
-	for _, name := range []string{"split", "split-rr"} {
+	for _, name := range []string{"split", "split-rr", "split-random"} {
 		t.Run(name, func(t *testing.T) {
 			dsn := doors.HAProxyDSN(name)
 			var others []*pgx.Conn
