@@ -139,8 +139,8 @@ func TestTwinStartFailureLeavesNothing(t *testing.T) {
 // TestTwinOptionErrors: a pgpool mode that does not exist is refused
 // before anything starts, and native replication needs no standby.
 func TestTwinOptionErrors(t *testing.T) {
-	_, _, err := labtest.Start(context.Background(), lab.Options{}, labtest.Spec{PgPool: &labtest.PgPoolSpec{Mode: "raw"}})
-	if err == nil || !strings.Contains(err.Error(), labtest.NativeReplication) {
-		t.Errorf("pgpool mode raw: %v", err)
+	_, _, err := labtest.Start(context.Background(), lab.Options{}, labtest.Spec{PgPool: &labtest.PgPoolSpec{Mode: "snapshot_isolation"}})
+	if err == nil || !strings.Contains(err.Error(), labtest.NativeReplication) || !strings.Contains(err.Error(), labtest.Raw) {
+		t.Errorf("pgpool mode snapshot_isolation: %v", err)
 	}
 }
