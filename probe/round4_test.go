@@ -224,7 +224,9 @@ func TestNginxRoundRobinOverTwoPrimariesIsRefused(t *testing.T) {
 			defer stop()
 			refused := 0
 			for i := range 30 {
-				rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, dsn)})
+				// The churn forks a backend per connection: on a busy
+				// machine a login can take longer than the default 5 s.
+				rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, dsn), Timeout: 20 * time.Second})
 				if err != nil {
 					t.Fatalf("run %d: %v", i+1, err)
 				}
@@ -356,7 +358,7 @@ func testSystem(t *testing.T, dsn string) int64 {
 }
 
 // churn opens and closes TCP connections to 127.0.0.1:port at random
-// intervals of 0 to 4 ms until stopped: other clients of a balancer, each of
+// intervals of 1 to 8 ms until stopped: other clients of a balancer, each of
 // which it places (and, in round robin, moves the position of the worker
 // that accepted it).
 func churn(t *testing.T, port int) (stop func()) {
@@ -370,7 +372,7 @@ func churn(t *testing.T, port int) (stop func()) {
 			select {
 			case <-done:
 				return
-			case <-time.After(time.Duration(rand.IntN(4000)) * time.Microsecond):
+			case <-time.After(time.Duration((1000+rand.IntN(7000))) * time.Microsecond):
 			}
 			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 				c.Close()
