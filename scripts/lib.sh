@@ -31,6 +31,12 @@ need_packages() {
     command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
     [ -e /usr/lib/nginx/modules/ngx_stream_module.so ] || missing+=(libnginx-mod-stream)
     command -v socat >/dev/null 2>&1 || missing+=(socat)
+    # The fencing page's programs (lease/fence_clients_test.go): psycopg 3,
+    # ruby-pg, node and npm (which installs npm's pg for the test).
+    /usr/bin/python3 -c 'import psycopg' >/dev/null 2>&1 || missing+=(python3-psycopg)
+    ruby -e 'require "pg"' >/dev/null 2>&1 || missing+=(ruby-pg)
+    command -v node >/dev/null 2>&1 || missing+=(nodejs)
+    command -v npm >/dev/null 2>&1 || missing+=(npm)
     # The HA lab: Patroni (its Debian package brings python3-etcd and
     # psycopg2) and etcd 3.4.
     command -v patroni >/dev/null 2>&1 || missing+=(patroni)

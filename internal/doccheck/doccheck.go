@@ -4,7 +4,9 @@
 // outside the repository. Its tests also hold the README to its size and its
 // two set-up commands, and run `make install` into a staging directory.
 // [Examples] finds the pages' `$ leasectl` blocks, which cmd's
-// TestDocExamples runs against a lab and checks with [Compare].
+// TestDocExamples runs against a lab and checks with [Compare];
+// [GoBlocks] finds their ```go blocks, which TestGoBlocks compiles against
+// this module with [BuildGoBlocks].
 package doccheck
 
 import (
