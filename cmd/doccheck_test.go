@@ -373,12 +373,13 @@ func init() {
 	}
 
 	// Workers of their own: poller-7f9c leads poller, poller-b21e waits;
-	// no one leads scheduler. PgBouncer in transaction mode. The database
+	// no one leads scheduler. The lab's PgBouncer in transaction mode
+	// ($LEASECTL_LAB_TX_DSN, as lab env exports it). The database
 	// has the term record, which changes nothing for such workers.
 	docScenarios["verify-drill"] = func(t *testing.T, d *docLab) {
 		d.writeKeys(t, "poller", "scheduler")
 		d.env["LEASECTL_KEYS"] = d.keys
-		d.env["PGBOUNCER_TX_DSN"] = d.l.PoolerDSN("transaction")
+		d.env["LEASECTL_LAB_TX_DSN"] = d.l.PoolerDSN("transaction")
 		d.appRole(t)
 		d.termRecord(t)
 		hold(t, d.worker(t, "poller-7f9c"), docPoller)

@@ -89,9 +89,10 @@ never terminates that session unless --force, which moves every role the
 group leads at once (the confirmation says which).
 
 --replica NAME moves every role off one replica, for a node drain: NAME is
-a replica's application_name, or the host after the last '@' in it
-(leasectl run NAME@HOST), as leasectl who --replicas lists them; several
-replicas of that name are all drained. failover asks each to drain: a
+a replica's application_name (leasectl run NAME@HOST#PID by default), as
+leasectl who --replicas lists them, or HOST#PID, or the HOST alone, which
+names every replica on that host; several replicas of that name are all
+drained. failover asks each to drain: a
 group steps down from every role it leads and takes no roles until it
 restarts; a single-role run steps down from its role. It then reports, for
 each role, who took over and how long it took (and the new term), as
@@ -104,7 +105,8 @@ name is exit 1, listing the replicas seen.`,
   leasectl failover poller --yes --wait 30s
   leasectl failover poller --yes --force   # terminate at once, without asking the leader
   leasectl failover --key 1840000001 --yes -o json
-  leasectl failover --replica vm1          # drain the replica on host vm1: every role it leads moves`,
+  leasectl failover --replica vm1          # drain the replicas on host vm1: every role they lead moves
+  leasectl failover --replica vm1#4242     # drain the replica of process 4242 on vm1`,
 		Args:              maxArgs(1),
 		ValidArgsFunction: completeOneRole(app),
 		RunE: func(c *cobra.Command, args []string) error {
@@ -127,7 +129,7 @@ name is exit 1, listing the replicas seen.`,
 	f := c.Flags()
 	opts.keyFlag = keyFlag{pairs: true}
 	f.Var(&opts.keyFlag, "key", "the advisory key to fail over instead of a ROLE: an integer in decimal or 0x hex, or k1,k2 for the two-int4 form")
-	f.StringVar(&opts.Replica, "replica", "", "move every role off the replicas of this `NAME` (an application_name, or the host after its last '@'), as for a node drain")
+	f.StringVar(&opts.Replica, "replica", "", "move every role off the replicas of this `NAME` (an application_name, HOST#PID, or a HOST: every replica on it), as for a node drain")
 	f.BoolVarP(&opts.Yes, "yes", "y", false, "fail over without asking for confirmation")
 	f.BoolVar(&opts.Force, "force", false, "terminate the holder's backend at once instead of asking the leader to step down (with --replica: each replica's lease session, which moves all its roles at once)")
 	f.DurationVar(&opts.Wait, "wait", timing.DefaultTakeoverWait, "how long to wait for a stand-by to take over (and, with the term record, to begin its term)")
@@ -139,7 +141,7 @@ name is exit 1, listing the replicas seen.`,
 func (opts *failoverOptions) validate() error {
 	switch {
 	case opts.replicaGiven && opts.Replica == "":
-		return usageErrorf("--replica needs a NAME: an application_name, or the host after its last '@' (leasectl who --replicas lists them)")
+		return usageErrorf("--replica needs a NAME: an application_name, HOST#PID or a HOST (leasectl who --replicas lists them)")
 	case opts.replicaGiven && (opts.Role != "" || opts.Key != nil):
 		return usageErrorf("--replica moves every role of a replica: give it without a ROLE or --key")
 	case opts.Role == "" && opts.Key == nil && !opts.replicaGiven:
@@ -264,12 +266,15 @@ func runFailover(ctx context.Context, opts *failoverOptions) error {
 			err = fmt.Errorf("%s: %w", target.Locks.Name(), werr)
 		default:
 			began = &b
+			if !b.Other {
+				res.Takeover.BoundByTerm(b.After) // one clock for both lines
+			}
 		}
 	}
 	if app.JSON() {
 		doc := failoverCmdJSON{docHeader: header(err == nil), Server: target.Server, ViaProxy: target.ViaProxy, failoverJSON: failoverJSONOf(res)}
 		doc.addTerm(began, err)
-		if werr := writeJSON(app.IO.Out, doc); werr != nil {
+		if werr := app.writeJSON(app.IO.Out, doc); werr != nil {
 			return werr
 		}
 		return err
@@ -521,8 +526,12 @@ func runFailoverReplica(ctx context.Context, opts *failoverOptions) error {
 	if err != nil {
 		return err
 	}
-	if !slices.ContainsFunc(d.Replicas, func(r locks.DrainReplica) bool { return len(r.Leads) > 0 || (r.Group && !opts.Force) }) {
-		return fmt.Errorf("%w: %s leads no role (leasectl who --replicas lists what each replica leads)", locks.ErrNoReplica, replicaNames(d.Replicas))
+	if !slices.ContainsFunc(d.Replicas, func(r locks.DrainReplica) bool { return len(r.Leads) > 0 || (r.Group && !r.Drained && !opts.Force) }) {
+		drained := ""
+		if !slices.ContainsFunc(d.Replicas, func(r locks.DrainReplica) bool { return !r.Drained }) {
+			drained = ", drained already: it takes no role until it restarts"
+		}
+		return fmt.Errorf("%w: %s leads no role%s (leasectl who --replicas lists what each replica leads)", locks.ErrNoReplica, replicaNames(d.Replicas), drained)
 	}
 
 	// What it acts on is shown before anything happens; with -o json on
@@ -588,7 +597,7 @@ func runFailoverReplica(ctx context.Context, opts *failoverOptions) error {
 			run.began = append(run.began, nil)
 			next++
 		}
-		if len(r.Leads) == 0 && r.Group && !opts.Force && len(r.Waits) > 0 {
+		if len(r.Leads) == 0 && r.Group && !r.Drained && !opts.Force && len(r.Waits) > 0 {
 			rs, err := locks.AskToDrain(ctx, conn, r.Waits[0].Key, r.Session.PID, app.Global.Timeout)
 			run.drain, run.drainErr = &rs, err
 		}
@@ -617,6 +626,9 @@ func runFailoverReplica(ctx context.Context, opts *failoverOptions) error {
 				run.errs[i] = fmt.Errorf("%s: %w", name, werr)
 			default:
 				run.began[i] = &b
+				if !b.Other {
+					res.Takeover.BoundByTerm(b.After)
+				}
 			}
 		}
 	}
@@ -632,7 +644,7 @@ func runFailoverReplica(ctx context.Context, opts *failoverOptions) error {
 		for _, run := range runs {
 			doc.Replicas = append(doc.Replicas, drainedReplicaJSONOf(run))
 		}
-		if werr := writeJSON(app.IO.Out, doc); werr != nil {
+		if werr := app.writeJSON(app.IO.Out, doc); werr != nil {
 			return werr
 		}
 		return err
@@ -661,6 +673,8 @@ func drainAction(r locks.DrainReplica, force bool, now time.Time, timeout time.D
 	who := fmt.Sprintf("%s, connected %s", termSafe(r.Session.Describe()), sessionAge(r.Session, now))
 	leads := termSafe(roleNames(r.Leads))
 	switch {
+	case len(r.Leads) == 0 && r.Drained:
+		return fmt.Sprintf("leave %s alone: it is drained already, and leads no role", who)
 	case len(r.Leads) == 0 && (force || !r.Group):
 		return fmt.Sprintf("leave %s alone: it leads no role", who)
 	case len(r.Leads) == 0:
@@ -748,6 +762,8 @@ func renderDrain(w io.Writer, st styles, color bool, runs []*replicaRun, opts *f
 			line(paint(st.OK, "✓"), fmt.Sprintf("it answered the drain in %s: it takes no role until it restarts", fmtMillis(run.drain.AnswerTook)))
 		case run.drainErr != nil:
 			line(paint(st.Fail, "✗"), fmt.Sprintf("it did not answer the drain: %v", run.drainErr))
+		case r.Drained && len(r.Leads) == 0:
+			line(paint(st.OK, "✓"), "it is drained already: it takes no role until it restarts")
 		}
 		for i, res := range run.results {
 			roles++

@@ -277,7 +277,7 @@ func TestFailoverGivesUpWithoutStandBy(t *testing.T) {
 	leader(t, needLab(t).DirectDSN(), "lonely", foPollerKey)
 	js = failover(t, "poller", "--yes", "--force", "--wait", "300ms", "-o", "json")
 	checkJSONDoc(t, js.Stdout, js.Code, "failover")
-	if js.Code != ExitCheckFailed || !strings.Contains(js.Stdout, `"took_over": false`) {
+	if took, _ := jsonValue(t, js.Stdout, "took_over"); js.Code != ExitCheckFailed || took != false {
 		t.Errorf("no stand-by, -o json: exit %d\n%s%s", js.Code, js.Stdout, js.Stderr)
 	}
 }

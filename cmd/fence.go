@@ -168,7 +168,7 @@ func createError(err error, server dbconn.ServerInfo) error {
 func renderFenceInit(app *App, created bool, database string) error {
 	w := app.IO.Out
 	if app.JSON() {
-		return writeJSON(w, fenceInitJSON{docHeader: header(true), Created: created, Schema: "leasectl", Database: database})
+		return app.writeJSON(w, fenceInitJSON{docHeader: header(true), Created: created, Schema: "leasectl", Database: database})
 	}
 	st := app.styles()
 	if created {

@@ -15,14 +15,54 @@ import (
 // pflag, deprecated names, the output formats, and the key flag.
 
 // flagError turns an error of pflag's parser into a usage error, by its type
-// (never by its text): an invalid value names the flag and what it takes.
-func flagError(_ *cobra.Command, err error) error {
+// (never by its text): an invalid value names the flag and what it takes;
+// an unknown flag, the flag of c it was likely meant to be.
+func flagError(c *cobra.Command, err error) error {
 	var invalid *pflag.InvalidValueError
 	if errors.As(err, &invalid) {
 		f := invalid.GetFlag()
 		return usageErrorf("invalid argument %q for %q: %s", invalid.GetValue(), "--"+f.Name, valueWant(f, invalid.Unwrap()))
 	}
+	var unknown *pflag.NotExistError
+	if errors.As(err, &unknown) && unknown.GetSpecifiedShortnames() == "" {
+		if near := nearestFlag(c, unknown.GetSpecifiedName()); near != "" {
+			return usageErrorf("%v; did you mean --%s?", err, near)
+		}
+	}
 	return &UsageError{Err: err}
+}
+
+// nearestFlag is the flag of c (its own and those it inherits, not the
+// hidden ones) that name was likely meant to be, as cobra suggests
+// commands: the nearest within an edit distance of 2, ignoring case, else
+// the one flag that name begins; "" when there is none.
+func nearestFlag(c *cobra.Command, name string) string {
+	if c == nil || name == "" {
+		return ""
+	}
+	var names []string
+	seen := map[string]bool{}
+	for _, fs := range []*pflag.FlagSet{c.Flags(), c.InheritedFlags()} {
+		fs.VisitAll(func(f *pflag.Flag) {
+			if !f.Hidden && !seen[f.Name] {
+				seen[f.Name] = true
+				names = append(names, f.Name)
+			}
+		})
+	}
+	if near := closest(name, names); near != "" {
+		return near
+	}
+	var prefixed []string
+	for _, n := range names {
+		if strings.HasPrefix(n, strings.ToLower(name)) {
+			prefixed = append(prefixed, n)
+		}
+	}
+	if len(prefixed) == 1 {
+		return prefixed[0]
+	}
+	return ""
 }
 
 // valueWant says what a flag of f's type takes, after cause made its value
@@ -194,4 +234,36 @@ func (o *onceFlag) Set(s string) error {
 	}
 	*o.value, o.set = s, true
 	return nil
+}
+
+// checkEmptyDSNFlags refuses a DSN flag (--dsn, and every --*-dsn of c)
+// given an empty value: that is almost always an unset environment
+// variable (--pooler-dsn "$PGBOUNCER_TX_DSN"), and taken as "not given" it
+// would check or connect to something other than what was meant (a
+// skipped check, or libpq's default server). Probe checks its DSN
+// argument itself (emptyDSNError).
+func checkEmptyDSNFlags(c *cobra.Command) error {
+	var err error
+	c.Flags().Visit(func(f *pflag.Flag) {
+		if err != nil || (f.Name != "dsn" && !strings.HasSuffix(f.Name, "-dsn")) || f.Value.String() != "" {
+			return
+		}
+		instead, lab := "leave --"+f.Name+" out", "$LEASECTL_DSN and the lab's other DSNs"
+		switch f.Name {
+		case "dsn":
+			instead += " to use $LEASECTL_DSN, $DATABASE_URL or libpq's PG* variables"
+		case "pooler-dsn":
+			lab = "$LEASECTL_LAB_TX_DSN, its PgBouncer in transaction mode"
+		}
+		err = emptyDSNError("--"+f.Name, "--"+f.Name+` "$VAR"`, instead, lab)
+	})
+	return err
+}
+
+// emptyDSNError says that what (a flag, or probe's DSN argument) was given
+// an empty value, as in asIn, and what to do instead; lab names the lab's
+// variables that would do.
+func emptyDSNError(what, asIn, instead, lab string) error {
+	return usageErrorf(`%s was given an empty value, likely an unset environment variable (%s): give a DSN, or %s; in the lab, eval "$(leasectl lab env)" sets %s`,
+		what, asIn, instead, lab)
 }

@@ -76,10 +76,10 @@ func TestGoldenWhoSingleRole(t *testing.T) {
 		golden(t, tc.name, b.String())
 	}
 	var js bytes.Buffer
-	if err := writeWhoJSON(&js, v); err != nil {
+	if err := writeWhoJSON(&js, v, false); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "who-single.json", js.String())
+	goldenJSON(t, "who-single.json", js.String())
 	checkJSONConvention(t, js.String(), false, "who")
 }
 
@@ -111,10 +111,10 @@ func TestGoldenFailoverSingleRole(t *testing.T) {
 	golden(t, "failover-single.txt", b.String())
 	var js bytes.Buffer
 	doc := failoverCmdJSON{docHeader: header(true), Server: res.Target.Server, failoverJSON: failoverJSONOf(res)}
-	if err := writeJSON(&js, doc); err != nil {
+	if err := writeJSON(&js, doc, false); err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "failover-single.json", js.String())
+	goldenJSON(t, "failover-single.json", js.String())
 	checkJSONConvention(t, js.String(), true, "failover")
 }
 
@@ -153,12 +153,12 @@ func TestGoldenWhoGroup(t *testing.T) {
 	if err := renderWhoText(&narrow, st, false, v, sessionLayout{Width: 80}); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeWhoJSON(&js, v); err != nil {
+	if err := writeWhoJSON(&js, v, false); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "who-group.txt", wide.String())
 	golden(t, "who-group-80.txt", narrow.String())
-	golden(t, "who-group.json", js.String())
+	goldenJSON(t, "who-group.json", js.String())
 	checkJSONConvention(t, js.String(), false, "who") // reconciler has no holder
 
 	rv := &whoView{server: goldenServer(), addr: "127.0.0.1:5432", now: goldenNow, showReplicas: true, replicas: snap.Replicas(roles)}
@@ -169,11 +169,11 @@ func TestGoldenWhoGroup(t *testing.T) {
 	if err := renderWhoText(&rnarrow, st, false, rv, sessionLayout{Width: 60}); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeWhoJSON(&rjs, rv); err != nil {
+	if err := writeWhoJSON(&rjs, rv, false); err != nil {
 		t.Fatal(err)
 	}
 	golden(t, "who-replicas.txt", rwide.String())
 	golden(t, "who-replicas-60.txt", rnarrow.String())
-	golden(t, "who-replicas.json", rjs.String())
+	goldenJSON(t, "who-replicas.json", rjs.String())
 	checkJSONConvention(t, rjs.String(), true, "who --replicas")
 }

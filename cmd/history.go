@@ -179,7 +179,7 @@ func runHistory(ctx context.Context, opts *historyOptions) error {
 	if err != nil {
 		return err
 	}
-	rk, err := resolveRole(f, opts.Role, keysAsArgs, "show the history of")
+	rk, err := resolveRole(f, opts.Role, bigintKeysAsArgs, "show the history of")
 	if err != nil {
 		return err
 	}
@@ -193,7 +193,7 @@ func runHistory(ctx context.Context, opts *historyOptions) error {
 		return err
 	}
 	if app.JSON() {
-		return writeJSON(app.IO.Out, historyJSONOf(v))
+		return app.writeJSON(app.IO.Out, historyJSONOf(v))
 	}
 	return renderHistoryText(app.IO.Out, app.styles(), app.Color(), v, sessionLayoutOf(app))
 }

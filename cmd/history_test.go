@@ -213,8 +213,8 @@ func TestHistoryOfRealTerms(t *testing.T) {
 	rows := wantHows(t, res.Stdout, [2]string{strconv.FormatInt(second.Epoch, 10), "live"}, [2]string{strconv.FormatInt(first.Epoch, 10), "released"})
 	pid := strconv.Itoa(os.Getpid())
 	for _, r := range rows {
-		if r["HOLDER"] != host+" pid "+pid || r["APPLICATION"] != "leasectl lease poller@"+host {
-			t.Errorf("holder %q, application %q: want %s pid %s, leasectl lease poller@%s", r["HOLDER"], r["APPLICATION"], host, pid, host)
+		if r["HOLDER"] != host+" pid "+pid || r["APPLICATION"] != "leasectl lease poller@"+host+"#"+strconv.Itoa(os.Getpid()) {
+			t.Errorf("holder %q, application %q: want %s pid %s, leasectl lease poller@%s#%s", r["HOLDER"], r["APPLICATION"], host, pid, host, pid)
 		}
 		if r["BEGAN"] == "" || r["LASTED"] == "" {
 			t.Errorf("a row without its start or length: %v\n%s", r, res.Stdout)
@@ -248,7 +248,7 @@ func TestHistoryOfRealTerms(t *testing.T) {
 	}
 	for _, tj := range doc.Terms {
 		if tj.Role != "poller" || tj.Key != "1840200001" || tj.Holder.Host != host || tj.Holder.OSPID != os.Getpid() ||
-			tj.Holder.Application != "leasectl lease poller@"+host || tj.Holder.BackendStart.IsZero() ||
+			tj.Holder.Application != "leasectl lease poller@"+host+"#"+strconv.Itoa(os.Getpid()) || tj.Holder.BackendStart.IsZero() ||
 			tj.HeartbeatIntervalMS != 200 || tj.HeartbeatTimeoutMS != 2000 || tj.StopTimeoutMS != 1000 || tj.Renewed.Before(tj.Began) {
 			t.Errorf("term %d: %+v", tj.Epoch, tj)
 		}
@@ -337,7 +337,7 @@ func TestHistoryOfRealTerms(t *testing.T) {
 		t.Errorf("a timeline in piped output:\n%s", res.Stdout)
 	}
 	wide := runCLIWith(t, context.Background(), env, true, "", "--dsn", dsn, "--keys", keysPath, "history", "poller", "-o", "wide")
-	if rows := historyTable(t, wide.Stdout); wide.Code != ExitOK || len(rows) != 4 || rows[0]["APPLICATION"] != "leasectl lease poller@"+host {
+	if rows := historyTable(t, wide.Stdout); wide.Code != ExitOK || len(rows) != 4 || rows[0]["APPLICATION"] != "leasectl lease poller@"+host+"#"+strconv.Itoa(os.Getpid()) {
 		t.Errorf("history -o wide on a terminal: exit %d, want APPLICATION:\n%s", wide.Code, wide.Stdout)
 	}
 }

@@ -69,9 +69,12 @@ func writeSessionTable(w io.Writer, st styles, color bool, cols sessionTable, ro
 		}
 		narrow[i] = cells
 	}
-	// On a narrow terminal the application name gives way first, then
-	// the term: -o wide shows every column.
-	opt.Shrink, opt.Drop = "APPLICATION", []string{"APPLICATION", "TERM"}
+	// On a narrow terminal the pid, the last activity and the term are
+	// left out, in that order; the application name, which names the
+	// replica (leasectl run ROLE@HOST#PID, its distinguishing part at the
+	// end), is never cut nor left out: once it is the last column, it
+	// wraps under itself. -o wide shows every column.
+	opt.Shrink, opt.Drop = "", []string{"PID", "LAST ACTIVITY", "TERM"}
 	return writeTable(w, cols.narrow, narrow, opt)
 }
 
@@ -264,8 +267,24 @@ func replicaRow(r locks.Replica, now time.Time) []string {
 		addr, connected = "hidden", "hidden"
 	}
 	return []string{app, replicaKind(r), strconv.Itoa(int(s.PID)), fence, s.User, addr, connected,
-		strconv.Itoa(len(r.Leads)), strconv.Itoa(len(r.Waits)), roleNames(r.Leads)}
+		strconv.Itoa(len(r.Leads)), strconv.Itoa(len(r.Waits)), replicaRoles(r)}
 }
+
+// replicaRoles is the ROLES cell of a replica: the roles it leads, and for
+// a drained group (failover --replica), "drained": it is still connected,
+// and takes no role until it restarts.
+func replicaRoles(r locks.Replica) string {
+	switch {
+	case r.Drained && len(r.Leads) == 0:
+		return replicaDrained
+	case r.Drained:
+		return roleNames(r.Leads) + " (" + replicaDrained + ")"
+	}
+	return roleNames(r.Leads)
+}
+
+// replicaDrained marks a drained group replica in the replica table.
+const replicaDrained = "drained"
 
 // writeReplicaTable prints the replicas as lay says.
 func writeReplicaTable(w io.Writer, replicas []locks.Replica, now time.Time, lay sessionLayout) error {

@@ -171,6 +171,7 @@ type replicaJSON struct {
 	WaitCount       int           `json:"wait_count"`
 	Leads           []roleRefJSON `json:"leads"`
 	Waits           []roleRefJSON `json:"waits"`
+	Drained         bool          `json:"drained"`
 	Hidden          bool          `json:"hidden"`
 }
 
@@ -178,7 +179,7 @@ func replicaJSONOf(r locks.Replica) replicaJSON {
 	s := r.Session
 	j := replicaJSON{ApplicationName: s.Application, Kind: replicaKind(r), BackendPID: s.PID, User: s.User,
 		BackendStart: timeText(s.BackendStart), LeadCount: len(r.Leads), WaitCount: len(r.Waits),
-		Leads: make([]roleRefJSON, 0, len(r.Leads)), Waits: make([]roleRefJSON, 0, len(r.Waits)), Hidden: s.Hidden}
+		Leads: make([]roleRefJSON, 0, len(r.Leads)), Waits: make([]roleRefJSON, 0, len(r.Waits)), Drained: r.Drained, Hidden: s.Hidden}
 	if h := r.Host(); strings.Contains(s.Application, "@") {
 		j.Host = &h
 	}

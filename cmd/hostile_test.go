@@ -48,6 +48,9 @@ type expect struct {
 	code int
 	// says are substrings of stdout+stderr: what went wrong and what to do.
 	says []string
+	// json are values of the document on stdout (-o json), by their path
+	// (jsonValue's).
+	json map[string]any
 	// usage: the hint to the command's help is shown (for usage errors
 	// only); the usage text itself never is.
 	usage bool
@@ -65,6 +68,9 @@ func (e expect) check(t *testing.T, args []string, res cliResult, secrets ...str
 		if !strings.Contains(all, s) {
 			t.Errorf("leasectl %s: output does not say %q\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), s, res.Stdout, res.Stderr)
 		}
+	}
+	for path, want := range e.json {
+		wantJSONValue(t, res.Stdout, path, want)
 	}
 	if got := strings.Contains(res.Stderr, "--help' for usage.\n"); got != e.usage {
 		t.Errorf("leasectl %s: hint to the help shown %v, want %v\nstderr:\n%s", strings.Join(args, " "), got, e.usage, res.Stderr)
@@ -379,7 +385,7 @@ func TestHostileUnprivilegedRole(t *testing.T) {
 	}{
 		{[]string{"who", "poller"}, expect{code: ExitOK, says: []string{pid, "hostile-leader", "hidden", "GRANT pg_read_all_stats TO \"" + role + "\""}}},
 		{[]string{"who", "--check", "poller"}, expect{code: ExitOK, says: []string{"hidden"}}},
-		{[]string{"who", "-o", "json", "poller"}, expect{code: ExitOK, says: []string{`"hidden": true`, `"reveal_grant": "GRANT pg_read_all_stats TO \"` + role + `\""`}}},
+		{[]string{"who", "-o", "json", "poller"}, expect{code: ExitOK, json: map[string]any{"hidden": true, "reveal_grant": `GRANT pg_read_all_stats TO "` + role + `"`}}},
 		{[]string{"failover", "poller", "--yes", "--force"}, expect{code: ExitUnavailable, says: []string{"permission denied to terminate pid " + pid, "only a superuser can end a superuser's backend"}}},
 		{[]string{"verify", "poller"}, expect{code: ExitOK, says: []string{"one_leader", "pass", "staleness unknown"}}},
 		{[]string{"verify", "poller", "--failover", "--yes", "--force"}, expect{code: ExitCheckFailed, says: []string{"clean_failover", "nothing done", "only a superuser can end"}}},

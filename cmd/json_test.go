@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,17 +39,15 @@ func checkJSONDoc(t *testing.T, out string, code int, command string) {
 }
 
 // checkJSONConvention checks one document of command (as docs/json.md names
-// it: "who", "lab status") against the convention and against its section
-// of docs/json.md, which must mention every field it prints.
+// it: "who", "lab status"), printed to a pipe, against the convention and
+// against its section of docs/json.md, which must mention every field it
+// prints.
 func checkJSONConvention(t *testing.T, out string, wantOK bool, command string) {
 	t.Helper()
-	prefix := fmt.Sprintf("{\n  \"schema_version\": %d,\n  \"ok\": %t,\n", schemaVersion, wantOK)
-	if !strings.HasPrefix(out, prefix) {
-		t.Errorf("%s -o json: the document does not start with schema_version %d and ok %t:\n%s", command, schemaVersion, wantOK, head(out))
+	if err := jsonHeaderFirst(out, wantOK); err != nil {
+		t.Errorf("%s -o json: the document does not start with schema_version %d and ok %t: %v\n%s", command, schemaVersion, wantOK, err, head(out))
 	}
-	if !strings.HasSuffix(out, "}\n") {
-		t.Errorf("%s -o json: the document does not end with a newline", command)
-	}
+	checkJSONLayout(t, out, false, command)
 	var doc map[string]any
 	dec := json.NewDecoder(strings.NewReader(out))
 	dec.UseNumber()
@@ -55,10 +56,6 @@ func checkJSONConvention(t *testing.T, out string, wantOK bool, command string) 
 	}
 	if dec.More() {
 		t.Errorf("%s -o json: more than one document on stdout:\n%s", command, head(out))
-	}
-	var indented bytes.Buffer
-	if err := json.Indent(&indented, []byte(out), "", "  "); err != nil || indented.String() != out {
-		t.Errorf("%s -o json: not indented by two spaces as json.MarshalIndent does (%v)", command, err)
 	}
 	section := jsonDocSection(t, command)
 	for name, v := range doc {
@@ -72,6 +69,128 @@ func checkJSONConvention(t *testing.T, out string, wantOK bool, command string) 
 				t.Errorf("docs/json.md: field %q of %s (in %s) is not documented", field, command, name)
 			}
 		})
+	}
+}
+
+// jsonHeaderFirst reports whether the document out starts with
+// schema_version and then ok, whose value is wantOK.
+func jsonHeaderFirst(out string, wantOK bool) error {
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.UseNumber()
+	want := []json.Token{json.Delim('{'), "schema_version", json.Number(strconv.Itoa(schemaVersion)), "ok", wantOK}
+	for i, w := range want {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		if tok != w {
+			return fmt.Errorf("token %d is %v, want %v", i, tok, w)
+		}
+	}
+	return nil
+}
+
+// checkJSONLayout checks the layout of one document: on one line (compact,
+// as encoding/json writes it) for a pipe, indented by two spaces as
+// json.MarshalIndent does on a terminal; either way ending in a newline.
+func checkJSONLayout(t *testing.T, out string, indent bool, command string) {
+	t.Helper()
+	if !strings.HasSuffix(out, "}\n") {
+		t.Errorf("%s -o json: the document does not end with } and a newline:\n%s", command, head(out))
+		return
+	}
+	body := []byte(strings.TrimSuffix(out, "\n"))
+	var want bytes.Buffer
+	var err error
+	if indent {
+		err = json.Indent(&want, body, "", "  ")
+	} else {
+		err = json.Compact(&want, body)
+	}
+	switch {
+	case err != nil:
+		t.Errorf("%s -o json: not JSON: %v\n%s", command, err, head(out))
+	case want.String() != string(body) && indent:
+		t.Errorf("%s -o json on a terminal: not indented by two spaces as json.MarshalIndent does:\n%s", command, head(out))
+	case want.String() != string(body):
+		t.Errorf("%s -o json to a pipe: not compact JSON on one line:\n%s", command, head(out))
+	}
+}
+
+// jsonValue parses out, one JSON document, and returns the value at path:
+// field names and array indices joined by dots ("leases.0.term"), numbers
+// as json.Number; found is false when there is no such value.
+func jsonValue(t *testing.T, out, path string) (v any, found bool) {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(out))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		t.Fatalf("not a JSON document: %v\n%s", err, head(out))
+	}
+	for _, step := range strings.Split(path, ".") {
+		switch x := v.(type) {
+		case map[string]any:
+			if v, found = x[step]; !found {
+				return nil, false
+			}
+		case []any:
+			i, err := strconv.Atoi(step)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil, false
+			}
+			v = x[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// wantJSONValue fails unless the document out has want (a string, bool,
+// nil, or a number as json.Number) at path (jsonValue's).
+func wantJSONValue(t *testing.T, out, path string, want any) {
+	t.Helper()
+	if got, ok := jsonValue(t, out, path); !ok || got != want {
+		t.Errorf("%s is %#v (found %v), want %#v in:\n%s", path, got, ok, want, head(out))
+	}
+}
+
+// goldenJSON compares the JSON document got with the golden file name as
+// parsed values, whatever the layout of either; -update writes it indented,
+// for people to read.
+func goldenJSON(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", "golden", name)
+	if *update {
+		var b bytes.Buffer
+		if err := json.Indent(&b, []byte(got), "", "  "); err != nil {
+			t.Fatalf("not JSON: %v\n%s", err, got)
+		}
+		if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd -run %s -update to create it)", err, t.Name())
+	}
+	parse := func(what string, b []byte) any {
+		var v any
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("%s is not JSON: %v\n%s", what, err, b)
+		}
+		if dec.More() {
+			t.Fatalf("%s holds more than one JSON document:\n%s", what, b)
+		}
+		return v
+	}
+	if !reflect.DeepEqual(parse("the output", []byte(got)), parse(path, want)) {
+		var indented bytes.Buffer
+		_ = json.Indent(&indented, []byte(got), "", "  ")
+		t.Errorf("output differs from %s as JSON (if the change is intended, run go test ./cmd -run %s -update):\n--- got\n%s\n--- want\n%s", path, t.Name(), indented.String(), want)
 	}
 }
 
@@ -215,6 +334,61 @@ func TestJSONConvention(t *testing.T) {
 	}
 }
 
+// TestJSONLayout: -o json prints one compact line to a pipe and the same
+// document indented by two spaces on a terminal, as gh does (docs/json.md).
+func TestJSONLayout(t *testing.T) {
+	for _, args := range [][]string{
+		{"version", "-o", "json"},
+		{"--version", "-o", "json"},
+		{"keys", "lint", "-o", "json", keysCompatible},
+		{"keys", "lint", "-o", "json", keysInvalid},
+		{"keys", "diff", "-o", "json", keysBreaking, "--base-file", keysBase},
+	} {
+		name := strings.Join(args, " ")
+		piped := runCLIWith(t, t.Context(), nil, false, "", args...)
+		onTTY := runCLIWith(t, t.Context(), nil, true, "", args...)
+		if piped.Code != onTTY.Code {
+			t.Errorf("%s: exit %d to a pipe, %d on a terminal", name, piped.Code, onTTY.Code)
+		}
+		checkJSONLayout(t, piped.Stdout, false, name)
+		checkJSONLayout(t, onTTY.Stdout, true, name)
+		var indented bytes.Buffer
+		if err := json.Indent(&indented, []byte(piped.Stdout), "", "  "); err != nil || indented.String() != onTTY.Stdout {
+			t.Errorf("%s: the terminal's document is not the pipe's indented (%v):\n%s\n%s", name, err, piped.Stdout, onTTY.Stdout)
+		}
+	}
+
+	t.Run("who --all", func(t *testing.T) {
+		withoutTermRecord(t)
+		keysPath := whoKeys(t)
+		hold(t, pgtest.Conn(t, needLab(t).DirectDSN(), "json-layout"), pollerKey)
+		args := []string{"--dsn", needLab(t).DirectDSN(), "--keys", keysPath, "who", "--all", "-o", "json"}
+		piped := runCLIWith(t, t.Context(), nil, false, "", args...)
+		onTTY := runCLIWith(t, t.Context(), nil, true, "", args...)
+		if piped.Code != ExitOK || onTTY.Code != ExitOK {
+			t.Fatalf("exit %d to a pipe, %d on a terminal\n%s%s", piped.Code, onTTY.Code, piped.Stderr, onTTY.Stderr)
+		}
+		checkJSONConvention(t, piped.Stdout, false, "who")
+		checkJSONLayout(t, onTTY.Stdout, true, "who")
+		if err := jsonHeaderFirst(onTTY.Stdout, false); err != nil {
+			t.Errorf("on a terminal: %v", err)
+		}
+		var a, b whoJSON
+		decodeJSON(t, piped.Stdout, &a)
+		decodeJSON(t, onTTY.Stdout, &b)
+		keysOf := func(d whoJSON) []string {
+			var ks []string
+			for _, l := range d.Leases {
+				ks = append(ks, l.Key)
+			}
+			return ks
+		}
+		if !slices.Contains(keysOf(a), strconv.Itoa(pollerKey)) || !slices.Contains(keysOf(b), strconv.Itoa(pollerKey)) {
+			t.Errorf("the leases lack %d: to a pipe %v, on a terminal %v", pollerKey, keysOf(a), keysOf(b))
+		}
+	})
+}
+
 // TestJSONDocumentsEveryCommand: docs/json.md has a section for every
 // command that prints JSON, and says which schema_version it describes.
 func TestJSONDocumentsEveryCommand(t *testing.T) {
@@ -231,7 +405,7 @@ func TestJSONDocumentsEveryCommand(t *testing.T) {
 // the HA lab's test can produce (once): here it is rendered from a value.
 func TestJSONLabRevive(t *testing.T) {
 	var b bytes.Buffer
-	if err := writeJSON(&b, labReviveJSON{docHeader: header(true), Node: "node2", Role: "replica", TookMS: 5123.4}); err != nil {
+	if err := writeJSON(&b, labReviveJSON{docHeader: header(true), Node: "node2", Role: "replica", TookMS: 5123.4}, false); err != nil {
 		t.Fatal(err)
 	}
 	checkJSONDoc(t, b.String(), ExitOK, "lab revive")
@@ -269,14 +443,12 @@ func TestWhoJSONStream(t *testing.T) {
 			break
 		}
 	}
-	var streamed bytes.Buffer
-	if err := writeWhoJSON(&streamed, view); err != nil {
+	var streamed, indented bytes.Buffer
+	if err := writeWhoJSON(&streamed, view, false); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"json\u003c\"odd\"\u003e\u0026\\name"`, `"key": "5,6"`, `"mode": "shared"`, `"waiter_count": 1`} {
-		if !strings.Contains(streamed.String(), want) {
-			t.Errorf("the reading lacks %s", want)
-		}
+	if !strings.Contains(streamed.String(), `"json\u003c\"odd\"\u003e\u0026\\name"`) {
+		t.Errorf("the odd application name is not escaped as encoding/json escapes it:\n%s", head(streamed.String()))
 	}
 	checkJSONConvention(t, streamed.String(), true, "who")
 	var doc whoJSON
@@ -286,17 +458,43 @@ func TestWhoJSONStream(t *testing.T) {
 	if len(doc.Leases) != len(view.leases) {
 		t.Errorf("%d leases in the document, %d in the reading", len(doc.Leases), len(view.leases))
 	}
+	pair, shared, waited := false, false, false
+	for _, l := range doc.Leases {
+		pair = pair || l.Key == "5,6" && l.KeyForm == "pair"
+		waited = waited || l.WaiterCount == 1
+		for _, h := range l.Holders {
+			shared = shared || h.Mode == "shared"
+		}
+	}
+	if !pair || !shared || !waited {
+		t.Errorf("the document lacks the pair key 5,6 (%v), a shared holder (%v) or a lease with one waiter (%v)", pair, shared, waited)
+	}
+	// On a terminal: the same document, indented.
+	if err := writeWhoJSON(&indented, view, true); err != nil {
+		t.Fatal(err)
+	}
+	checkJSONLayout(t, indented.String(), true, "who")
+	var compacted bytes.Buffer
+	if err := json.Compact(&compacted, indented.Bytes()); err != nil || compacted.String()+"\n" != streamed.String() {
+		t.Errorf("the indented document is not the compact one indented (%v)", err)
+	}
 
 	// An empty reading: no leases.
 	empty := &whoView{server: view.server, now: view.now, staleAfter: time.Second}
-	streamed.Reset()
-	if err := writeWhoJSON(&streamed, empty); err != nil {
-		t.Fatal(err)
+	for _, indent := range []bool{false, true} {
+		streamed.Reset()
+		if err := writeWhoJSON(&streamed, empty, indent); err != nil {
+			t.Fatal(err)
+		}
+		if leases, ok := jsonValue(t, streamed.String(), "leases"); !ok || leases == nil || len(leases.([]any)) != 0 {
+			t.Errorf("empty reading: leases is %#v, not []:\n%s", leases, streamed.String())
+		}
+		if indent {
+			checkJSONLayout(t, streamed.String(), true, "who")
+		} else {
+			checkJSONConvention(t, streamed.String(), true, "who")
+		}
 	}
-	if !strings.Contains(streamed.String(), "\n  \"leases\": [],\n") {
-		t.Errorf("empty reading: leases is not []:\n%s", streamed.String())
-	}
-	checkJSONConvention(t, streamed.String(), true, "who")
 }
 
 func waiting(v *whoView, key int64) bool {
@@ -306,47 +504,4 @@ func waiting(v *whoView, key int64) bool {
 		}
 	}
 	return false
-}
-
-// FuzzAppendIndent: appendIndent indents any compact JSON as json.Indent
-// does, with a prefix and without: the leases of the golden readings,
-// strings that hold brackets, commas, colons, quotes and backslashes, empty
-// and nested objects and arrays.
-//
-//	go test ./cmd -run '^$' -fuzz FuzzAppendIndent -fuzztime 1m -parallel 1
-func FuzzAppendIndent(f *testing.F) {
-	v := goldenWhoView(goldenSingleRoleLeases())
-	snap, roles := goldenGroupSnapshot()
-	group := goldenWhoView(snap.ByRole(roles, nil, true))
-	for _, view := range []*whoView{v, group} {
-		for i := range view.leases {
-			b, err := json.Marshal(leaseJSONOf(view, i))
-			if err != nil {
-				f.Fatal(err)
-			}
-			f.Add(string(b))
-		}
-	}
-	for _, seed := range []string{
-		`null`, `0`, `-1.5e-7`, `""`, `"a"`, `{}`, `[]`, `[{}]`, `{"a":[]}`, `[[[]],{}]`, `{"a":{"b":{"c":[1,2,{}]}}}`,
-		`"{[,:]}"`, `{"k\"":"v\\"}`, `["\\\"",",",":","}","]"]`, `{"":""}`, `"\u2028 caf\u00e9 \ud83d\ude00"`,
-		`{"a":"x\\"}`, `{"a":true,"b":false,"c":null}`,
-	} {
-		f.Add(seed)
-	}
-	f.Fuzz(func(t *testing.T, in string) {
-		var compact bytes.Buffer
-		if json.Compact(&compact, []byte(in)) != nil {
-			return // appendIndent takes only valid JSON, as encoding/json writes it
-		}
-		for _, prefix := range []string{"", "    "} {
-			var want bytes.Buffer
-			if err := json.Indent(&want, compact.Bytes(), prefix, "  "); err != nil {
-				t.Fatal(err)
-			}
-			if got := appendIndent(nil, compact.Bytes(), prefix); string(got) != want.String() {
-				t.Errorf("prefix %q, %s:\nappendIndent:\n%s\njson.Indent:\n%s", prefix, compact.Bytes(), got, want.String())
-			}
-		}
-	})
 }

@@ -17,7 +17,9 @@ import (
 //     every field named key or ending in _key;
 //   - durations are milliseconds, in fields ending in _ms (msOf);
 //   - a field that does not apply is null, never left out;
-//   - output is indented by two spaces and ends with a newline.
+//   - a document ends with a newline: it is compact, on one line, when
+//     stdout is not a terminal, and indented by two spaces (the layout of
+//     json.MarshalIndent) when it is (App.writeJSON), as gh does.
 
 // schemaVersion is the schema_version of every document: it goes up when a
 // field is removed or renamed or changes its type (new fields may be added
@@ -34,13 +36,24 @@ type docHeader struct {
 
 func header(ok bool) docHeader { return docHeader{SchemaVersion: schemaVersion, OK: ok} }
 
-// writeJSON writes v as one JSON document: indented by two spaces, with a
-// newline at the end.
-func writeJSON(w io.Writer, v any) error {
+// writeJSON writes v as one JSON document with a newline at the end:
+// indented by two spaces when indent is set, else compact, on one line.
+func writeJSON(w io.Writer, v any, indent bool) error {
 	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
+	if indent {
+		enc.SetIndent("", "  ")
+	}
 	return enc.Encode(v)
 }
+
+// writeJSON writes v as one JSON document to w, which is stdout or a
+// buffer bound for it: indented on a terminal, compact otherwise
+// (docs/json.md).
+func (a *App) writeJSON(w io.Writer, v any) error { return writeJSON(w, v, a.indentJSON()) }
+
+// indentJSON reports whether JSON documents are indented: when stdout is a
+// terminal, where a person reads them (`| jq .` indents a pipe's).
+func (a *App) indentJSON() bool { return a.IO.OutTTY }
 
 // msOf is d in milliseconds, to the microsecond.
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -62,105 +75,40 @@ func strOrNil(s string) *string {
 // jsonObject writes one JSON document, an object, field by field to a
 // buffered writer, so that a large array (who --all: 10,000 leases) is
 // encoded one element at a time instead of as one document in memory. The
-// bytes are those writeJSON writes for the same fields in the same order.
+// bytes are those writeJSON writes for the same fields in the same order,
+// compact or indented alike.
 type jsonObject struct {
 	w      *bufio.Writer
+	indent bool
 	buf    bytes.Buffer
-	enc    *json.Encoder // into buf, compact
-	line   []byte
+	enc    *json.Encoder // into buf
 	fields int
 	err    error
 }
 
-func newJSONObject(w io.Writer) *jsonObject {
-	o := &jsonObject{w: bufio.NewWriterSize(w, 64<<10)}
-	o.enc = json.NewEncoder(&o.buf)
+func newJSONObject(w io.Writer, indent bool) *jsonObject {
+	o := &jsonObject{w: bufio.NewWriterSize(w, 64<<10), indent: indent}
+	o.enc = newElemEncoder(&o.buf, indent)
 	o.w.WriteByte('{')
 	return o
 }
 
-// value writes v, encoded by encoding/json, indented as a value whose lines
-// start with prefix.
-func (o *jsonObject) value(prefix string, v any) {
-	o.buf.Reset()
-	if err := o.enc.Encode(v); err != nil && o.err == nil {
+// newElemEncoder encodes the value of a field of a jsonObject, or an array
+// of elements of its Array, into buf: compact, or indented as a value one
+// level down (its lines after the first start with two spaces).
+func newElemEncoder(buf *bytes.Buffer, indent bool) *json.Encoder {
+	enc := json.NewEncoder(buf)
+	if indent {
+		enc.SetIndent("  ", "  ")
+	}
+	return enc
+}
+
+func (o *jsonObject) fail(err error) {
+	if o.err == nil {
 		o.err = err
 	}
-	o.line = appendIndent(o.line[:0], bytes.TrimSuffix(o.buf.Bytes(), []byte("\n")), prefix)
-	o.w.Write(o.line)
 }
-
-// appendIndent appends src, compact JSON as encoding/json writes it (no
-// blanks outside strings), indented as json.Indent(dst, src, prefix, "  ")
-// indents it (FuzzAppendIndent). A twin of json.Indent, whose scanner
-// checks the syntax again: without it who --all -o json misses its target
-// (docs/benchmarks.md).
-func appendIndent(dst, src []byte, prefix string) []byte {
-	// indent[:1+len(prefix)+2*depth] is the line break at depth.
-	indent := make([]byte, 0, 1+len(prefix)+16)
-	indent = append(append(indent, '\n'), prefix...)
-	depth := 0
-	newline := func() {
-		for n := 1 + len(prefix) + 2*depth; len(indent) < n; {
-			indent = append(indent, ' ')
-		}
-		dst = append(dst, indent[:1+len(prefix)+2*depth]...)
-	}
-	for i := 0; i < len(src); {
-		// A run of bytes that stay as they are (numbers, true, false,
-		// null, and strings) is copied at once.
-		j := i
-	run:
-		for ; j < len(src); j++ {
-			switch jsonClass[src[j]] {
-			case jsonQuote:
-				for j++; src[j] != '"'; j++ {
-					if src[j] == '\\' {
-						j++
-					}
-				}
-			case jsonStructural:
-				break run
-			}
-		}
-		dst = append(dst, src[i:j]...)
-		if j == len(src) {
-			break
-		}
-		switch c := src[j]; c {
-		case '{', '[':
-			if j+1 < len(src) && src[j+1] == c+2 { // {} or [], which stay as they are
-				dst = append(dst, c, c+2)
-				j++
-				break
-			}
-			dst = append(dst, c)
-			depth++
-			newline()
-		case '}', ']':
-			depth--
-			newline()
-			dst = append(dst, c)
-		case ',':
-			dst = append(dst, c)
-			newline()
-		case ':':
-			dst = append(dst, ':', ' ')
-		}
-		i = j + 1
-	}
-	return dst
-}
-
-// jsonClass sorts the bytes of compact JSON for appendIndent: those it
-// changes the layout around, the quote that starts a string, and the rest.
-var jsonClass = [256]uint8{'{': jsonStructural, '}': jsonStructural, '[': jsonStructural, ']': jsonStructural,
-	',': jsonStructural, ':': jsonStructural, '"': jsonQuote}
-
-const (
-	jsonStructural = 1 + iota
-	jsonQuote
-)
 
 // key starts the next field; name needs no escaping.
 func (o *jsonObject) key(name string) {
@@ -168,15 +116,27 @@ func (o *jsonObject) key(name string) {
 		o.w.WriteByte(',')
 	}
 	o.fields++
-	o.w.WriteString("\n  \"")
+	if o.indent {
+		o.w.WriteString("\n  ")
+	}
+	o.w.WriteByte('"')
 	o.w.WriteString(name)
-	o.w.WriteString(`": `)
+	if o.indent {
+		o.w.WriteString(`": `)
+	} else {
+		o.w.WriteString(`":`)
+	}
 }
 
 // Field writes one field.
 func (o *jsonObject) Field(name string, v any) {
 	o.key(name)
-	o.value("  ", v)
+	o.buf.Reset()
+	if err := o.enc.Encode(v); err != nil {
+		o.fail(err)
+		return
+	}
+	o.w.Write(bytes.TrimSuffix(o.buf.Bytes(), []byte("\n")))
 }
 
 // Header writes schema_version and ok.
@@ -216,7 +176,7 @@ func (o *jsonObject) Array(name string, n int, elem func(i int) any) {
 		free[w] <- nil
 		go func() {
 			var buf bytes.Buffer
-			enc := json.NewEncoder(&buf)
+			enc := newElemEncoder(&buf, o.indent)
 			for c := w; c < chunks; c += workers {
 				var b []byte
 				select {
@@ -224,7 +184,7 @@ func (o *jsonObject) Array(name string, n int, elem func(i int) any) {
 				case <-quit:
 					return
 				}
-				b, err := encodeChunk(b[:0], enc, &buf, c*arrayChunk, min(n, (c+1)*arrayChunk), elem)
+				b, err := encodeChunk(b[:0], enc, &buf, o.indent, c*arrayChunk, min(n, (c+1)*arrayChunk), elem)
 				select {
 				case out[w] <- part{b, err}:
 				case <-quit:
@@ -236,26 +196,27 @@ func (o *jsonObject) Array(name string, n int, elem func(i int) any) {
 	for c := range chunks {
 		p := <-out[c%workers]
 		if p.err != nil {
-			if o.err == nil {
-				o.err = p.err
-			}
+			o.fail(p.err)
 			return
 		}
 		o.w.Write(p.b)
 		free[c%workers] <- p.b
 	}
-	o.w.WriteString("\n  ]")
+	if o.indent {
+		o.w.WriteString("\n  ")
+	}
+	o.w.WriteByte(']')
 }
 
 // arrayChunk is how many elements of an Array one goroutine encodes at a
 // time.
 const arrayChunk = 64
 
-// encodeChunk appends elements lo to hi-1 of an Array to dst, each on a
-// line of its own, using enc, which writes into buf. The chunk is encoded
-// in one call into encoding/json, as an array, whose elements are then
-// indented as those of the Array.
-func encodeChunk(dst []byte, enc *json.Encoder, buf *bytes.Buffer, lo, hi int, elem func(i int) any) ([]byte, error) {
+// encodeChunk appends elements lo to hi-1 of an Array to dst, as they go
+// between its brackets, using enc (newElemEncoder's), which writes into
+// buf: the chunk is encoded in one call into encoding/json, as an array,
+// whose brackets are then dropped.
+func encodeChunk(dst []byte, enc *json.Encoder, buf *bytes.Buffer, indent bool, lo, hi int, elem func(i int) any) ([]byte, error) {
 	elems := make([]any, 0, hi-lo)
 	for i := lo; i < hi; i++ {
 		elems = append(elems, elem(i))
@@ -264,20 +225,22 @@ func encodeChunk(dst []byte, enc *json.Encoder, buf *bytes.Buffer, lo, hi int, e
 	if err := enc.Encode(elems); err != nil {
 		return dst, err
 	}
+	closing := "]\n" // compact: [e1,e2]
+	if indent {
+		closing = "\n  ]\n" // [\n    e1,\n    e2\n  ]
+	}
 	if lo > 0 {
 		dst = append(dst, ',')
 	}
-	inner := bytes.TrimSuffix(buf.Bytes(), []byte("]\n"))[1:] // the elements, without [ and ]
-	return appendIndent(append(dst, "\n    "...), inner, "    "), nil
+	return append(dst, bytes.TrimSuffix(buf.Bytes(), []byte(closing))[1:]...), nil
 }
 
 // Close ends the document and flushes it.
 func (o *jsonObject) Close() error {
-	if o.fields == 0 {
-		o.w.WriteString("}\n")
-	} else {
-		o.w.WriteString("\n}\n")
+	if o.indent && o.fields > 0 {
+		o.w.WriteByte('\n')
 	}
+	o.w.WriteString("}\n")
 	if err := o.w.Flush(); err != nil {
 		return err
 	}

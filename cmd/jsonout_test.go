@@ -23,31 +23,45 @@ func arrayElemOf(i int) arrayElem {
 
 // TestJSONArrayInOrder: an Array encoded by several goroutines is the
 // document writeJSON writes for the same fields, element for element and
-// in order, at every size around the chunk's.
+// in order, at every size around the chunk's, compact and indented.
 func TestJSONArrayInOrder(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4)) // several workers on any machine
-	for _, n := range []int{0, 1, arrayChunk - 1, arrayChunk, arrayChunk + 1, 5*arrayChunk + 3, 3000} {
-		elems := make([]arrayElem, n)
-		for i := range elems {
-			elems[i] = arrayElemOf(i)
+	for _, indent := range []bool{false, true} {
+		for _, n := range []int{0, 1, arrayChunk - 1, arrayChunk, arrayChunk + 1, 5*arrayChunk + 3, 3000} {
+			elems := make([]arrayElem, n)
+			for i := range elems {
+				elems[i] = arrayElemOf(i)
+			}
+			var want, got bytes.Buffer
+			if err := writeJSON(&want, struct {
+				A     string         `json:"a"`
+				Elems []arrayElem    `json:"elems"`
+				M     map[string]any `json:"m"`
+				Z     bool           `json:"z"`
+			}{"x", elems, map[string]any{"k": []int{1, 2}, "e": map[string]int{}}, true}, indent); err != nil {
+				t.Fatal(err)
+			}
+			o := newJSONObject(&got, indent)
+			o.Field("a", "x")
+			o.Array("elems", n, func(i int) any { return arrayElemOf(i) })
+			o.Field("m", map[string]any{"k": []int{1, 2}, "e": map[string]int{}})
+			o.Field("z", true)
+			if err := o.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != want.String() {
+				t.Errorf("indent %v, %d elements: the streamed document differs from writeJSON's:\n%s\nwant:\n%s", indent, n, head(got.String()), head(want.String()))
+			}
+			if lines := strings.Count(got.String(), "\n"); !indent && lines != 1 {
+				t.Errorf("compact, %d elements: %d lines, want 1", n, lines)
+			}
 		}
-		var want, got bytes.Buffer
-		if err := writeJSON(&want, struct {
-			A     string      `json:"a"`
-			Elems []arrayElem `json:"elems"`
-			Z     bool        `json:"z"`
-		}{"x", elems, true}); err != nil {
-			t.Fatal(err)
-		}
-		o := newJSONObject(&got)
-		o.Field("a", "x")
-		o.Array("elems", n, func(i int) any { return arrayElemOf(i) })
-		o.Field("z", true)
-		if err := o.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if got.String() != want.String() {
-			t.Errorf("%d elements: the streamed document differs from writeJSON's", n)
+	}
+	// An object with no fields, as encoding/json writes one.
+	for _, indent := range []bool{false, true} {
+		var got bytes.Buffer
+		if err := newJSONObject(&got, indent).Close(); err != nil || got.String() != "{}\n" {
+			t.Errorf("indent %v: empty object %q, %v; want {}", indent, got.String(), err)
 		}
 	}
 }
@@ -57,9 +71,9 @@ func TestJSONArrayInOrder(t *testing.T) {
 func TestJSONArrayError(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	before := runtime.NumGoroutine()
-	for _, bad := range []int{0, arrayChunk + 5, 2999} {
+	for i, bad := range []int{0, arrayChunk + 5, 2999} {
 		var got bytes.Buffer
-		o := newJSONObject(&got)
+		o := newJSONObject(&got, i%2 == 1)
 		o.Array("elems", 3000, func(i int) any {
 			e := arrayElemOf(i)
 			if i == bad {

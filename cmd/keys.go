@@ -173,7 +173,7 @@ func runKeysLint(ctx context.Context, opts *keysLintOptions) error {
 		for _, p := range problems {
 			out.Problems = append(out.Problems, problemJSON{Rule: p.Rule, File: path, Line: p.Line, Role: strOrNil(p.Role), Message: p.Message})
 		}
-		if err := writeJSON(w, out); err != nil {
+		if err := app.writeJSON(w, out); err != nil {
 			return err
 		}
 	case formatGH:
@@ -367,7 +367,7 @@ func renderDiff(ctx context.Context, app *App, format string, res *diffResult) e
 	switch format {
 	case formatJSON:
 		res.docHeader = header(res.Compatible)
-		return writeJSON(w, res)
+		return app.writeJSON(w, res)
 	case formatGH:
 		file := annotationPath(ctx, res.File)
 		for _, f := range res.Findings {

@@ -63,6 +63,7 @@ DSN names with passfile=.`,
 		RunE: parentRunE,
 	}
 	c.PersistentFlags().StringVar(&opts.Dir, "dir", lab.DefaultDir(), "state directory of the lab")
+	_ = c.MarkPersistentFlagDirname("dir")
 	c.AddCommand(newLabUpCmd(opts, runF), newLabDownCmd(opts, runF), newLabEnvCmd(opts, runF), newLabStatusCmd(opts, runF),
 		newLabSwitchoverCmd(opts, runF), newLabKillPrimaryCmd(opts, runF), newLabReviveCmd(opts, runF))
 	return c
@@ -174,17 +175,23 @@ func runLabUp(ctx context.Context, opts *labOptions) error {
 	if app.JSON() {
 		out := labJSON(l)
 		out.StartMS = msOf(took)
-		return writeJSON(app.IO.Out, out)
+		return app.writeJSON(app.IO.Out, out)
 	}
 	st := app.styles()
-	fmt.Fprintf(app.IO.Out, "%s lab is up in %s (%s, %s)\n", st.OK.Render("✓"), l.Dir, l.Version, l.PoolerVersion)
+	// Two directories: the progress lines (initdb …) name the servers'
+	// files, which are not in --dir: say which is which.
+	fmt.Fprintf(app.IO.Out, "%s lab is up (%s, %s)\n  state (--dir):   %s\n  servers' files:  %s (data, sockets, logs: lab down removes them)\n",
+		st.OK.Render("✓"), l.Version, l.PoolerVersion, l.Dir, l.RunDir)
 	if l.HA != nil {
 		ha := l.HA
 		fmt.Fprintf(app.IO.Out, "  HA: %s primary, %s replica; %s (ttl %v, loop_wait %v, retry_timeout %v) on etcd %s; HAProxy %s checks every %v; up in %.1fs\n",
 			ha.Nodes[0].Name, ha.Nodes[1].Name, ha.PatroniVersion, ha.TTL, ha.LoopWait, ha.RetryTimeout,
 			lastWord(strings.TrimPrefix(ha.Etcd.Version, "etcd Version: ")), versionWord(ha.Router.Version), ha.CheckInterval, took.Seconds())
 	}
-	writeLabDSNs(app.IO.Out, l, st)
+	fmt.Fprintln(app.IO.Out)
+	if err := writeLabDSNs(app, l); err != nil {
+		return err
+	}
 	fmt.Fprintf(app.IO.Out, "\nUse it:   eval \"$(leasectl lab env%s)\"\nStop it:  leasectl lab down%s\n", dirFlag(opts), dirFlag(opts))
 	return nil
 }
@@ -217,12 +224,21 @@ func dirFlag(opts *labOptions) string {
 	return " --dir " + shellQuote(opts.Dir)
 }
 
-func writeLabDSNs(w io.Writer, l *lab.Lab, st styles) {
+// writeLabDSNs prints lab up's table of the lab's endpoints and their
+// DSNs, never cut or wrapped (they are copied whole).
+func writeLabDSNs(app *App, l *lab.Lab) error {
+	var rows [][]string
 	for _, v := range labVars(l) {
 		if v.label != "" {
-			fmt.Fprintf(w, "  %-12s %s\n", v.label, st.Dim.Render(v.value))
+			rows = append(rows, []string{v.label, v.value})
 		}
 	}
+	var opt tableOptions
+	if app.Color() {
+		st := app.styles()
+		opt.Paint = map[string]func(string) string{"DSN": func(c string) string { return st.Dim.Render(c) }}
+	}
+	return writeTable(app.IO.Out, []string{"ENDPOINT", "DSN"}, rows, opt)
 }
 
 type labVar struct{ name, label, value string }
@@ -282,7 +298,7 @@ func runLabDown(ctx context.Context, opts *labOptions) error {
 	l, err := lab.Load(opts.Dir)
 	if errors.Is(err, lab.ErrNoLab) && !lab.HasState(opts.Dir) {
 		if opts.app.JSON() {
-			return writeJSON(opts.app.IO.Out, labDownJSON{docHeader: header(true), Dir: opts.Dir, Stopped: false})
+			return opts.app.writeJSON(opts.app.IO.Out, labDownJSON{docHeader: header(true), Dir: opts.Dir, Stopped: false})
 		}
 		fmt.Fprintf(opts.app.IO.Out, "no lab in %s: nothing to stop\n", opts.Dir)
 		return nil
@@ -296,7 +312,7 @@ func runLabDown(ctx context.Context, opts *labOptions) error {
 		return fmt.Errorf("stop lab: %w", err)
 	}
 	if opts.app.JSON() {
-		return writeJSON(opts.app.IO.Out, labDownJSON{docHeader: header(true), Dir: l.Dir, Stopped: true})
+		return opts.app.writeJSON(opts.app.IO.Out, labDownJSON{docHeader: header(true), Dir: l.Dir, Stopped: true})
 	}
 	fmt.Fprintf(opts.app.IO.Out, "%s lab in %s stopped and removed\n", opts.app.styles().OK.Render("✓"), l.Dir)
 	return nil
@@ -331,6 +347,7 @@ switchover, kill-primary); run "lab env" again after those.`,
 		},
 	}
 	c.Flags().StringVar(&opts.Shell, "shell", "sh", "syntax of the lines: sh (also bash, zsh) or fish")
+	_ = c.RegisterFlagCompletionFunc("shell", cobra.FixedCompletions([]cobra.Completion{"sh", "bash", "zsh", "fish"}, cobra.ShellCompDirectiveNoFileComp))
 	return c
 }
 
@@ -345,7 +362,7 @@ func runLabEnv(_ context.Context, opts *labOptions) error {
 		for _, v := range labVars(l) {
 			out.Env[v.name] = v.value
 		}
-		return writeJSON(opts.app.IO.Out, out)
+		return opts.app.writeJSON(opts.app.IO.Out, out)
 	}
 	for _, v := range labVars(l) {
 		switch opts.Shell {
@@ -387,26 +404,13 @@ func runLabStatus(_ context.Context, opts *labOptions) error {
 		allUp = allUp && comp.Up
 	}
 	if opts.app.JSON() {
-		if err := writeJSON(opts.app.IO.Out, labStatusJSONOf(l, allUp, comps)); err != nil {
+		if err := opts.app.writeJSON(opts.app.IO.Out, labStatusJSONOf(l, allUp, comps)); err != nil {
 			return err
 		}
 	} else {
-		st := opts.app.styles()
-		fmt.Fprintf(opts.app.IO.Out, "lab in %s\n", l.Dir)
-		for _, comp := range comps {
-			mark, state := st.OK.Render("✓"), "up"
-			if !comp.Up {
-				mark, state = st.Fail.Render("✗"), "down"
-			}
-			where := fmt.Sprintf("127.0.0.1:%d", comp.Port)
-			if comp.Socket != "" {
-				where = comp.Socket
-			}
-			kind := comp.Kind
-			if comp.Role != "" {
-				kind += " " + comp.Role
-			}
-			fmt.Fprintf(opts.app.IO.Out, "  %s %-12s %-22s %-15s pid %-7d %s\n", mark, comp.Name, kind, where, comp.PID, state)
+		fmt.Fprintf(opts.app.IO.Out, "lab in %s\n", termSafe(l.Dir))
+		if err := writeLabStatus(opts.app, comps); err != nil {
+			return err
 		}
 	}
 	if !allUp {
@@ -420,6 +424,43 @@ func runLabStatus(_ context.Context, opts *labOptions) error {
 		return &CheckFailedError{Message: "some lab processes are down (restart: leasectl lab down && leasectl lab up)"}
 	}
 	return nil
+}
+
+// writeLabStatus prints lab status's table: one row per process, STATE
+// last ("✓ up", "✗ down").
+func writeLabStatus(app *App, comps []lab.Component) error {
+	rows := make([][]string, 0, len(comps))
+	for _, comp := range comps {
+		state := "✓ up"
+		if !comp.Up {
+			state = "✗ down"
+		}
+		where := fmt.Sprintf("127.0.0.1:%d", comp.Port)
+		if comp.Socket != "" {
+			where = comp.Socket
+		}
+		kind := comp.Kind
+		if comp.Role != "" {
+			kind += " " + comp.Role
+		}
+		pid := "-" // not running
+		if comp.PID > 0 {
+			pid = strconv.Itoa(comp.PID)
+		}
+		rows = append(rows, []string{comp.Name, kind, where, pid, state})
+	}
+	opt := tableOptions{Width: app.Width()}
+	if app.Color() {
+		st := app.styles()
+		opt.Paint = map[string]func(string) string{"STATE": func(c string) string {
+			mark, rest, _ := strings.Cut(c, " ")
+			if mark == "✓" {
+				return st.OK.Render(mark) + " " + rest
+			}
+			return st.Fail.Render(mark) + " " + rest
+		}}
+	}
+	return writeTable(app.IO.Out, []string{"PROCESS", "KIND", "ADDRESS", "PID", "STATE"}, rows, opt)
 }
 
 // labJSONOut is the documented schema of `leasectl lab up -o json`
@@ -582,7 +623,7 @@ func runLabSwitchover(ctx context.Context, opts *labOptions) error {
 		return fmt.Errorf("switchover: %w", err)
 	}
 	if opts.app.JSON() {
-		return writeJSON(opts.app.IO.Out, changeJSON(ch))
+		return opts.app.writeJSON(opts.app.IO.Out, changeJSON(ch))
 	}
 	fmt.Fprintf(opts.app.IO.Out, "%s switchover %s → %s: %s writable after %.1fs, HAProxy followed after %.1fs, %s streaming from it after %.1fs\n",
 		opts.app.styles().OK.Render("✓"), ch.From, ch.To, ch.To, ch.Writable.Seconds(), ch.Routed.Seconds(), ch.From, ch.Rejoined.Seconds())
@@ -622,7 +663,7 @@ func runLabKillPrimary(ctx context.Context, opts *labOptions) error {
 		return fmt.Errorf("kill primary: %w", err)
 	}
 	if opts.app.JSON() {
-		return writeJSON(opts.app.IO.Out, changeJSON(ch))
+		return opts.app.writeJSON(opts.app.IO.Out, changeJSON(ch))
 	}
 	fmt.Fprintf(opts.app.IO.Out, "%s killed %s; %s took over: writable after %.1fs, HAProxy followed after %.1fs\n",
 		opts.app.styles().OK.Render("✓"), ch.From, ch.To, ch.Writable.Seconds(), ch.Routed.Seconds())
@@ -673,7 +714,7 @@ func runLabRevive(ctx context.Context, opts *labOptions) error {
 		role = "primary"
 	}
 	if opts.app.JSON() {
-		return writeJSON(opts.app.IO.Out, labReviveJSON{docHeader: header(true), Node: opts.Node, Role: role, TookMS: msOf(took)})
+		return opts.app.writeJSON(opts.app.IO.Out, labReviveJSON{docHeader: header(true), Node: opts.Node, Role: role, TookMS: msOf(took)})
 	}
 	fmt.Fprintf(opts.app.IO.Out, "%s %s is back as the %s after %.1fs\n", opts.app.styles().OK.Render("✓"), opts.Node, role, took.Seconds())
 	return nil

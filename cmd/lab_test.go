@@ -151,7 +151,7 @@ func TestLabHAUpEnvSwitchoverKillReviveDown(t *testing.T) {
 	}
 	st = runCLI(t, nil, "lab", "status", "--dir", dir, "-o", "json")
 	checkJSONDoc(t, st.Stdout, st.Code, "lab status")
-	if st.Code != ExitCheckFailed || !strings.Contains(st.Stdout, `"ok": false`) {
+	if ok, _ := jsonValue(t, st.Stdout, "ok"); st.Code != ExitCheckFailed || ok != false {
 		t.Errorf("lab status -o json with node2 dead: exit %d, want 1 and ok false\n%s", st.Code, st.Stdout)
 	}
 	if res := runCLI(t, nil, "lab", "switchover", "--dir", dir); res.Code == 0 || !strings.Contains(res.Stderr, "lab revive node2") {

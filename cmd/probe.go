@@ -80,6 +80,10 @@ $LEASECTL_DSN, $DATABASE_URL or libpq's PG* variables.`, locks.ProbeKeyBase, loc
 		Args: maxArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			if len(args) == 1 {
+				if args[0] == "" {
+					return emptyDSNError("the DSN argument", `leasectl probe "$VAR"`, "leave it out to probe --dsn, $LEASECTL_DSN, $DATABASE_URL or libpq's PG* variables",
+						"$LEASECTL_DSN and $LEASECTL_LAB_TX_DSN, its PgBouncer in transaction mode")
+				}
 				opts.DSNArg = args[0]
 			}
 			opts.Key = opts.keyFlag.key.ID
@@ -148,7 +152,7 @@ func runProbe(ctx context.Context, opts *probeOptions) error {
 		return err
 	}
 	if app.JSON() {
-		if err := writeJSON(app.IO.Out, probeJSONOf(rep)); err != nil {
+		if err := app.writeJSON(app.IO.Out, probeJSONOf(rep)); err != nil {
 			return err
 		}
 	} else {

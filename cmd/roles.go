@@ -52,6 +52,9 @@ type keyArgs int
 const (
 	// keysAsArgs: a ROLE or a numeric KEY (k, or k1,k2) argument (who).
 	keysAsArgs keyArgs = iota
+	// bigintKeysAsArgs: a ROLE or a bigint KEY argument, never k1,k2: a
+	// lease holds a bigint key (history, which refuses the pair first).
+	bigintKeysAsArgs
 	// keysByFlag: a ROLE; a bare key goes through --key (failover, run).
 	keysByFlag
 	// rolesOnly: a ROLE of keys.yaml, nothing else (verify).
@@ -80,7 +83,7 @@ func resolveRole(f *keys.File, arg string, how keyArgs, verb string) (roleKey, e
 	}
 	k, err := locks.ParseKey(arg)
 	switch {
-	case err == nil && how == keysAsArgs:
+	case err == nil && (how == keysAsArgs || how == bigintKeysAsArgs):
 		rk := roleKey{Key: k}
 		if e, ok := roleByKey(f, k.ID); ok && k.Form == locks.Bigint {
 			rk.Role = e.Name
@@ -90,7 +93,7 @@ func resolveRole(f *keys.File, arg string, how keyArgs, verb string) (roleKey, e
 		return roleKey{}, usageErrorf("%q is not a role of %s: to %s a bare key, use --key %s", arg, f.Path, verb, arg)
 	case !meantAsKey(arg):
 		return roleKey{}, unknownRoleError(arg, f, how)
-	case how == keysAsArgs:
+	case how == keysAsArgs || how == bigintKeysAsArgs:
 		return roleKey{}, usageErrorf("invalid KEY: %v", err)
 	default:
 		return roleKey{}, usageErrorf("%q is not a role of %s, nor a valid key for --key: %v", arg, f.Path, err)
@@ -123,6 +126,8 @@ func unknownRoleError(name string, f *keys.File, how keyArgs) error {
 	switch how {
 	case keysAsArgs:
 		instead, orKey = "; give a numeric key (k or k1,k2) instead", " (or give a numeric key: k or k1,k2)"
+	case bigintKeysAsArgs:
+		instead, orKey = "; give a lease's key (an integer) instead", " (or give a lease's key: an integer)"
 	case keysByFlag:
 		instead, orKey = "; give a bare key with --key N instead", " (or give a bare key with --key N)"
 	}

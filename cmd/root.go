@@ -160,6 +160,9 @@ while they hold the lease.`,
 			if err := checkOutput(c, app.Global.Output); err != nil {
 				return err
 			}
+			if err := checkEmptyDSNFlags(c); err != nil {
+				return err
+			}
 			if app.Global.Timeout <= 0 {
 				return usageErrorf("invalid --timeout %s: it must be positive, e.g. 5s", app.Global.Timeout)
 			}
@@ -213,6 +216,8 @@ while they hold the lease.`,
 	root.SetErr(app.IO.ErrOut)
 	strictBuiltins(root)
 	describeCompletion(root)
+	completeNoFilesForFlags(root)
+	setHelpWidth(app, root)
 	return root
 }
 

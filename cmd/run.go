@@ -128,6 +128,7 @@ docs/guide/run.md.`,
 	deprecatedAlias(f, "log-format", "output")
 	f.StringVar(&opts.MetricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics, and /healthz and /readyz for probes, e.g. 127.0.0.1:9464")
 	_ = c.RegisterFlagCompletionFunc("role", completeOneRole(app))
+	_ = c.MarkFlagFilename("procfile")
 	return c
 }
 
@@ -224,7 +225,7 @@ func runRun(ctx context.Context, opts *runOptions) error {
 }
 
 // leaseConfig is the lease configuration the run flags give, for a lease
-// (or group) whose sessions are named "leasectl run NAME@HOST".
+// (or group) whose sessions are named "leasectl run NAME@HOST#PID".
 func (o *runOptions) leaseConfig(name string) lease.Config {
 	return lease.Config{
 		RetryInterval:     o.RetryInterval,

@@ -323,9 +323,10 @@ func TestRunStepsDownWhenTheSessionIsTerminated(t *testing.T) {
 		"-o", "json", "--metrics-addr", "127.0.0.1:0", "--"}, f.witnessArgs("-ignore-term")...)...)
 	first := f.next(leasetest.Start)
 	host, _ := os.Hostname()
+	want := "leasectl run poller@" + host + "#" + strconv.Itoa(os.Getpid()) // run in this process
 	var app string
-	if err := pgtest.Conn(t, needLab(t).DirectDSN(), "observer").QueryRow(context.Background(), "SELECT application_name FROM pg_stat_activity WHERE pid = $1::int", first.BackendPID).Scan(&app); err != nil || app != "leasectl run poller@"+host {
-		t.Errorf("the lease session's application_name is %q (%v), want %q", app, err, "leasectl run poller@"+host)
+	if err := pgtest.Conn(t, needLab(t).DirectDSN(), "observer").QueryRow(context.Background(), "SELECT application_name FROM pg_stat_activity WHERE pid = $1::int", first.BackendPID).Scan(&app); err != nil || app != want {
+		t.Errorf("the lease session's application_name is %q (%v), want %q", app, err, want)
 	}
 	metricsURL := regexp.MustCompile(`http://127\.0\.0\.1:\d+/metrics`).FindString(r.stderr.String())
 	waitMetrics(t, metricsURL, `leasectl_lease_leader{role="poller",key="9200005"} 1`)

@@ -350,7 +350,9 @@ func TestOutputFitsTheWidth(t *testing.T) {
 	sched := pgtest.Conn(t, needLab(t).DirectDSN(), "leasectl run scheduler@vm1")
 	hold(t, sched, widthSchedulerKey)
 	// An application name as long as the server keeps (63 bytes): narrow
-	// who cuts it to fit, -o wide and piped output show it whole.
+	// who leaves PID and LAST ACTIVITY out for it and wraps it under
+	// itself, never cut (it names the replica); -o wide and piped output
+	// show it on one line.
 	const longApp = "reconciler-batch-worker-eu-west-1-production-blue-7f9c5d8b6-x2k"
 	recon := pgtest.Conn(t, needLab(t).DirectDSN(), longApp)
 	hold(t, recon, 1840900013)
@@ -367,14 +369,23 @@ func TestOutputFitsTheWidth(t *testing.T) {
 		t.Fatalf("who: exit %d\n%s%s", narrow.Code, narrow.Stdout, narrow.Stderr)
 	}
 	linesWithin(t, "who", narrow.Stdout, 80)
-	if h := tableHeader(t, narrow.Stdout); !slices.Equal(h, sessionNarrowColumns) {
-		t.Errorf("who on a terminal: columns %q, want %q", h, sessionNarrowColumns)
+	if h, want := tableHeader(t, narrow.Stdout), []string{"ROLE", "STATE", "APPLICATION"}; !slices.Equal(h, want) {
+		t.Errorf("who on a terminal: columns %q, want %q", h, want)
 	}
-	row(t, narrow.Stdout, "poller", "HELD,", "1", "waiting", pidOf(t, leaderConn), "poller-7f9c", "idle")
-	row(t, narrow.Stdout, "scheduler", "HELD", pidOf(t, sched), "leasectl", "run", "scheduler@vm1")
-	if r, ok := findRow(narrow.Stdout, "reconciler", "HELD"); !ok || !strings.Contains(r, longApp[:12]) || strings.Contains(r, longApp) || !strings.Contains(r, "…") {
-		t.Errorf("narrow who: the long application name is not cut to fit: %q", r)
+	row(t, narrow.Stdout, "poller", "HELD,", "1", "waiting", "poller-7f9c")
+	row(t, narrow.Stdout, "scheduler", "HELD", "leasectl", "run", "scheduler@vm1")
+	if r, ok := findRow(narrow.Stdout, "reconciler", "HELD"); !ok || !strings.Contains(r, longApp[:40]) || strings.Contains(r, "…") ||
+		!strings.Contains(regexp.MustCompile(`\n +`).ReplaceAllString(narrow.Stdout, ""), longApp) {
+		t.Errorf("narrow who: the long application name is cut, or does not wrap under itself: %q\n%s", r, narrow.Stdout)
 	}
+	// Typical names fit with every column.
+	short := runSized(t, nil, false, 80, "", append(global, "who", "poller", "scheduler")...)
+	linesWithin(t, "who poller scheduler", short.Stdout, 80)
+	if h := tableHeader(t, short.Stdout); !slices.Equal(h, sessionNarrowColumns) {
+		t.Errorf("who poller scheduler on a terminal: columns %q, want %q\n%s", h, sessionNarrowColumns, short.Stdout)
+	}
+	row(t, short.Stdout, "poller", "HELD,", "1", "waiting", pidOf(t, leaderConn), "poller-7f9c", "idle")
+	row(t, short.Stdout, "scheduler", "HELD", pidOf(t, sched), "leasectl", "run", "scheduler@vm1")
 
 	for _, tc := range []struct {
 		name  string
@@ -452,8 +463,9 @@ func TestOutputFitsTheWidth(t *testing.T) {
 }
 
 // TestNarrowTerminalDropsColumns: at 60 columns, with a waiter, who's
-// table fits by leaving out the application name (no header or cell is
-// broken mid-word); at 100 columns it keeps it.
+// table fits by leaving out PID and LAST ACTIVITY, and keeps the
+// application name, which names the replica, whole (no header or cell is
+// broken mid-word); at 100 columns it keeps every column.
 func TestNarrowTerminalDropsColumns(t *testing.T) {
 	withoutTermRecord(t)
 	const key = 1840900031
@@ -472,14 +484,14 @@ func TestNarrowTerminalDropsColumns(t *testing.T) {
 		t.Fatalf("exit %d\n%s%s", res.Code, res.Stdout, res.Stderr)
 	}
 	linesWithin(t, "who at 60 columns", res.Stdout, 60)
-	if h := tableHeader(t, res.Stdout); !slices.Equal(h, []string{"ROLE", "STATE", "PID", "LAST ACTIVITY"}) {
+	if h := tableHeader(t, res.Stdout); !slices.Equal(h, []string{"ROLE", "STATE", "APPLICATION"}) {
 		t.Errorf("columns at 60: %q\n%s", h, res.Stdout)
 	}
-	if !regexp.MustCompile(`(?m)^poller +waiting +\d+ +waiting \d+s$`).MatchString(res.Stdout) {
+	if !regexp.MustCompile(`(?m)^poller +waiting +leasectl run poller@vm2$`).MatchString(res.Stdout) {
 		t.Errorf("no one-line row of the waiter at 60 columns:\n%s", res.Stdout)
 	}
 	wide := runSized(t, nil, false, 100, "", global...)
-	if h := tableHeader(t, wide.Stdout); !slices.Contains(h, "APPLICATION") {
+	if h := tableHeader(t, wide.Stdout); !slices.Equal(h, sessionNarrowColumns) {
 		t.Errorf("columns at 100: %q\n%s", h, wide.Stdout)
 	}
 	linesWithin(t, "who at 100 columns", wide.Stdout, 100)

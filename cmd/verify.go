@@ -187,7 +187,7 @@ func runVerify(ctx context.Context, opts *verifyOptions) error {
 	}
 	explainNotAsked(rep)
 	if app.JSON() {
-		err = writeJSON(app.IO.Out, verifyJSONOf(rep, opts.Stale))
+		err = app.writeJSON(app.IO.Out, verifyJSONOf(rep, opts.Stale))
 	} else {
 		cfg := conn.Config()
 		err = renderVerify(app.IO.Out, app.styles(), app.Color(), rep, dbconn.Addr(&cfg.Config), app.Width())

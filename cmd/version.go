@@ -46,7 +46,7 @@ func renderVersion(app *App, oneLine bool) error {
 	w := app.IO.Out
 	switch {
 	case app.JSON():
-		return writeJSON(w, versionJSON{docHeader: header(true), Version: info.Version, Commit: strOrNil(info.Commit), Date: strOrNil(info.Date),
+		return app.writeJSON(w, versionJSON{docHeader: header(true), Version: info.Version, Commit: strOrNil(info.Commit), Date: strOrNil(info.Date),
 			Modified: info.Modified, GoVersion: info.GoVersion, Platform: info.Platform})
 	case oneLine:
 		_, err := fmt.Fprintf(w, "leasectl %s\n", info)

@@ -92,7 +92,8 @@ and the last changes of leader under the table; give another interval after
 
 On a terminal the table has the columns ROLE, STATE, PID, APPLICATION and
 LAST ACTIVITY (and TERM, with the term record), fitted to its width
-($COLUMNS when set); -o wide adds KEY, USER, CLIENT and CONNECTED (and
+($COLUMNS when set): PID, LAST ACTIVITY, then TERM give way; APPLICATION,
+the replica's name, is never cut. -o wide adds KEY, USER, CLIENT and CONNECTED (and
 BEGAN and RENEWED). When stdout is not a terminal every column is shown and
 no line is wrapped. Names from the server are shown with control
 characters escaped (\x1b, \r, \u202e).`,
@@ -374,7 +375,7 @@ func holderName(s locks.Session) string {
 
 func renderWho(w io.Writer, opts *whoOptions, v *whoView) error {
 	if opts.app.JSON() {
-		return writeWhoJSON(w, v)
+		return writeWhoJSON(w, v, opts.app.indentJSON())
 	}
 	return renderWhoText(w, opts.app.styles(), opts.app.Color(), v, sessionLayoutOf(opts.app))
 }
@@ -453,7 +454,7 @@ func watchWho(ctx context.Context, opts *whoOptions, sel whoSelection) error {
 			}
 			err = nil
 		case app.JSON():
-			if err := writeWhoJSON(&frame, view); err != nil {
+			if err := writeWhoJSON(&frame, view, app.indentJSON()); err != nil {
 				return err
 			}
 		default:
@@ -745,12 +746,12 @@ const (
 
 // writeWhoJSON writes the document of one reading (docs/json.md), a lease
 // at a time: with --all that is thousands of them, never held as one
-// document.
-func writeWhoJSON(w io.Writer, v *whoView) error {
+// document. It is indented when indent is set, else on one line.
+func writeWhoJSON(w io.Writer, v *whoView, indent bool) error {
 	if v.showReplicas {
-		return writeJSON(w, replicasJSONOf(v))
+		return writeJSON(w, replicasJSONOf(v), indent)
 	}
-	o := newJSONObject(w)
+	o := newJSONObject(w, indent)
 	o.Header(header(v.checkError() == nil))
 	o.Field("server", v.server)
 	o.Field("now", v.now)

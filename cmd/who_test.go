@@ -570,18 +570,40 @@ func TestWhoWatch(t *testing.T) {
 		t.Errorf("the interval argument was not taken:\n%q", out)
 	}
 
+	// With -o json to a pipe: one document a frame, each on a line of its
+	// own (JSON lines).
 	js, _ := watch(t, false, 2, "--watch=100ms", "-o", "json", "poller")
+	lines := strings.SplitAfter(js, "\n")
+	if len(lines) != 3 || lines[2] != "" {
+		t.Fatalf("-o json to a pipe: %d lines for 2 frames, want one a frame:\n%s", len(lines)-1, js)
+	}
+	for i, line := range lines[:2] {
+		checkJSONConvention(t, line, true, "who")
+		var doc whoJSON
+		if err := json.Unmarshal([]byte(line), &doc); err != nil || len(doc.Leases) != 1 {
+			t.Fatalf("JSON frame %d: %v %+v", i, err, doc)
+		}
+	}
+
+	// On a terminal: the same documents, indented, one after the other;
+	// no redrawing in place.
+	js, _ = watch(t, true, 2, "--watch=100ms", "-o", "json", "poller")
+	if strings.Contains(js, "\x1b[") {
+		t.Errorf("-o json on a terminal: escape codes in the output:\n%q", js)
+	}
 	dec := json.NewDecoder(strings.NewReader(js))
 	for i := range 2 {
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
-			t.Fatalf("JSON frame %d: %v\n%s", i, err, js)
+			t.Fatalf("JSON frame %d on a terminal: %v\n%s", i, err, js)
 		}
-		checkJSONConvention(t, string(raw)+"\n", true, "who")
-		var doc whoJSON
-		if err := json.Unmarshal(raw, &doc); err != nil || len(doc.Leases) != 1 {
-			t.Fatalf("JSON frame %d: %v %+v", i, err, doc)
+		var indented bytes.Buffer
+		if err := json.Indent(&indented, raw, "", "  "); err != nil || !strings.Contains(js, indented.String()+"\n") {
+			t.Errorf("JSON frame %d on a terminal is not indented:\n%s", i, js)
 		}
+	}
+	if dec.More() {
+		t.Errorf("more than 2 documents for 2 frames:\n%s", js)
 	}
 }
 

@@ -306,7 +306,10 @@ func TestWhoWithoutTheTermRecordIsAsBefore(t *testing.T) {
 	}
 	js := who(t, keysPath, "poller", "-o", "json")
 	checkJSONDoc(t, js.Stdout, ExitOK, "who")
-	if !strings.Contains(js.Stdout, `"term": null`) || !strings.Contains(js.Stdout, `"health": "ok"`) {
+	if term, found := jsonValue(t, js.Stdout, "leases.0.term"); !found || term != nil {
+		t.Errorf("JSON without the record: term is %#v (found %v), want null:\n%s", term, found, js.Stdout)
+	}
+	if health, _ := jsonValue(t, js.Stdout, "leases.0.health"); health != "ok" {
 		t.Errorf("JSON without the record:\n%s", js.Stdout)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -86,8 +87,10 @@ type Config struct {
 	// ApplicationName is the application_name of the lease session, so
 	// that `leasectl who` and `leasectl failover` show which replica leads;
 	// the stop fence session gets it with " fence" appended. It is used only
-	// when the DSN (or PGAPPNAME) sets none. Default "leasectl lease
-	// ROLE@HOSTNAME".
+	// when the DSN (or PGAPPNAME) sets none, and kept as given (cut to 63
+	// bytes). Default "leasectl lease ROLE@HOSTNAME#PID"
+	// ([DefaultApplicationName]): two replicas on one host differ by their
+	// process ids.
 	ApplicationName string
 
 	// Preflight decides whether this DSN may lead; it runs on every new
@@ -188,15 +191,30 @@ func (c Config) Name() string {
 	return locks.RoleName(c.Role, locks.BigintKey(c.Key))
 }
 
-// DefaultApplicationName is "PREFIX ROLE@HOSTNAME", the application_name
-// that tells replicas apart.
+// DefaultApplicationName is "PREFIX ROLE@HOSTNAME#PID", the
+// application_name that tells replicas apart: the host, and this process
+// among the replicas on it (the process id, which the term record keeps
+// as its holder's OS pid). locks.Replica.Host reads the host back. A name
+// too long for PostgreSQL's 63 bytes with " fence" after it (the stop
+// fence session's) is cut in ROLE first, then at the end of HOSTNAME:
+// "#PID" stays whole.
 func DefaultApplicationName(prefix, role string) string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "unknown-host"
 	}
-	return prefix + " " + role + "@" + host
+	pid := "#" + strconv.Itoa(os.Getpid())
+	limit := maxNameLen - len(fenceSuffix)
+	head, tail := prefix+" "+role, "@"+host+pid
+	if len(head)+len(tail) > limit {
+		head = truncateName(head, max(limit-len(tail), len(prefix)+2))
+	}
+	return truncateName(head+"@"+host, limit-len(pid)) + pid
 }
+
+// fenceSuffix ends the application_name of a single lease's stop fence
+// session.
+const fenceSuffix = " fence"
 
 // maxNameLen is the longest application_name PostgreSQL keeps
 // (NAMEDATALEN - 1 bytes); it cuts longer ones.

@@ -38,6 +38,12 @@ import (
 // replica keeps polling for their keys while it keeps off them
 // (rebalanceHold), so that it counts again, and takes them back, the
 // moment they come free rather than at its next count.
+//
+// A drained replica (leasectl failover --replica, ErrDrained) steps down
+// from every role, gives up its presence locks and takes no role until it
+// restarts; it stays connected, its lease session holding the drained
+// mark (locks.DrainedMark), by which leasectl who --replicas shows it as
+// drained.
 
 // DefaultPollInterval is how often a group's stand-by tries the keys it
 // waits for.
@@ -84,7 +90,7 @@ type Group struct {
 	// role's changes, with Change.Role and Change.Key) and OnHeartbeat
 	// (once per round trip that proves the shared sessions alive). Its Role
 	// and Key must be zero. Both sessions carry ApplicationName, which
-	// defaults to "leasectl lease NAME@HOSTNAME": it names the replica.
+	// defaults to "leasectl lease NAME@HOSTNAME#PID": it names the replica.
 	Config
 	// Name names the group in logs and in the default application_name.
 	Name string
@@ -295,7 +301,11 @@ func (gr *group) serve(ctx context.Context, s *sessions) outcome {
 			m.r.quiet = false
 		}
 	}
-	gr.r.log.Info("standing by", "roles", active, "backend_pid", s.info.BackendPID, "fence_backend_pid", s.fenceInfo.BackendPID)
+	if gr.draining {
+		gr.r.log.Info("connected again; drained: this replica takes no role until it restarts", "backend_pid", s.info.BackendPID, "fence_backend_pid", s.fenceInfo.BackendPID)
+	} else {
+		gr.r.log.Info("standing by", "roles", active, "backend_pid", s.info.BackendPID, "fence_backend_pid", s.fenceInfo.BackendPID)
+	}
 	gr.nextBeat = time.Now().Add(gr.r.cfg.HeartbeatInterval)
 	for {
 		if err := gr.notes(ctx); err != nil {

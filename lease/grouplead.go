@@ -265,7 +265,12 @@ func (gr *group) collect(ctx context.Context) error {
 			m.r.quiet = true
 			m.r.setState(StandingBy, pid, m.stopCause)
 			m.r.quiet = m.stopCause == ErrResigned
-			if !m.r.quiet {
+			switch {
+			case m.r.quiet:
+			case m.stopCause == ErrDrained:
+				// It does not stand by: the replica takes no role.
+				m.r.log.Info("stepped down: drained; this replica takes no role until it restarts", "backend_pid", pid)
+			default:
 				m.r.log.Info("stepped down; standing by again", "backend_pid", pid, "why", m.stopCause.Error())
 			}
 			m.r.quiet = false
@@ -339,6 +344,13 @@ func (gr *group) notes(ctx context.Context) error {
 		if req.PID != pid {
 			continue
 		}
+		if req.Drain && !gr.draining {
+			// Marked drained before it answers: who --replicas shows it
+			// from then on, never holding nothing while connected.
+			if err := gr.markDrained(ctx); err != nil {
+				return err
+			}
+		}
 		actx, cancel := context.WithTimeout(ctx, gr.r.cfg.HeartbeatTimeout)
 		err = locks.Notify(actx, gr.s.main, locks.ResignedChannel(m.Key), locks.ResignAck{PID: pid, ID: req.ID, StopTimeoutMS: gr.r.cfg.StopTimeout.Milliseconds()})
 		cancel()
@@ -359,13 +371,16 @@ func (gr *group) notes(ctx context.Context) error {
 }
 
 // drain steps down from every role and stops taking any (leasectl
-// failover --replica): the replica leads nothing until it restarts.
+// failover --replica): the replica leads nothing until it restarts. It
+// stays connected, its lease session marked drained (markDrained), and
+// gives up its presence locks, so that the other replicas share the roles
+// among themselves.
 func (gr *group) drain(ctx context.Context) error {
 	if gr.draining {
 		return nil
 	}
 	gr.draining = true
-	gr.r.log.Warn("drained (leasectl failover --replica): stepping down from every role; this replica leads nothing until it restarts", "leading", gr.count(holding, fenced, leading))
+	gr.r.log.Warn("drained (leasectl failover --replica): stepping down from every role; this replica stays connected, shown as drained by leasectl who --replicas, and takes no role until it restarts", "leading", gr.count(holding, fenced, leading))
 	var presence []locks.Key
 	for _, m := range gr.members {
 		if m.phase != ended {
@@ -376,6 +391,21 @@ func (gr *group) drain(ctx context.Context) error {
 	qctx, cancel := context.WithTimeout(ctx, gr.r.cfg.HeartbeatTimeout)
 	defer cancel()
 	return locks.UnlockShared(qctx, gr.s.main, presence)
+}
+
+// markDrained takes the drained mark on the lease session (locks.DrainedMark):
+// who --replicas shows the replica as drained while it is connected.
+func (gr *group) markDrained(ctx context.Context) error {
+	qctx, cancel := context.WithTimeout(ctx, gr.r.cfg.HeartbeatTimeout)
+	defer cancel()
+	ok, err := locks.TakeDrainedMark(qctx, gr.s.main)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		gr.r.log.Warn("another session holds the drained mark exclusively (a key of someone else's in leasectl's range?): leasectl who --replicas will not show this drained replica", "mark_key", locks.DrainedMark.String())
+	}
+	return nil
 }
 
 // evict checks, for each role waiting here, that its holder shows signs of

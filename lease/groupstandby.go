@@ -16,10 +16,10 @@ import (
 // steps down from roles above its share (the spread).
 
 // takePresence takes the presence lock of every role not ended, unless the
-// replica is drained.
+// replica is drained: then, on a new session, the drained mark.
 func (gr *group) takePresence(ctx context.Context) error {
 	if gr.draining {
-		return nil
+		return gr.markDrained(ctx)
 	}
 	var keys []locks.Key
 	for _, m := range gr.members {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -469,15 +470,16 @@ func TestNewLeaderWaitsForTheStopFence(t *testing.T) {
 }
 
 // TestSessionsNameTheReplica: the lease and stop fence sessions carry
-// application_name "leasectl lease ROLE@HOST" (and " fence"), unless the DSN
-// names itself; the fence session holds the key's fence while work runs.
+// application_name "leasectl lease ROLE@HOST#PID" (and " fence"), unless the
+// DSN names itself, which is kept as given; the fence session holds the
+// key's fence while work runs.
 func TestSessionsNameTheReplica(t *testing.T) {
 	const key = 9100021
 	host, _ := os.Hostname()
 	for _, tc := range []struct {
 		dsn, want string
 	}{
-		{testLab.DirectDSN(), "leasectl lease test@" + host},
+		{testLab.DirectDSN(), "leasectl lease test@" + host + "#" + strconv.Itoa(os.Getpid())},
 		{testLab.DirectDSN() + "&application_name=poller-7f9c", "poller-7f9c"},
 	} {
 		ctx, cancel := context.WithCancel(context.Background())

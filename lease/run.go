@@ -37,7 +37,7 @@ func Run(ctx context.Context, cfg Config, work func(ctx context.Context) error) 
 	r := &runner{cfg: c, work: work, key: locks.BigintKey(c.Key), fence: locks.BigintKey(c.Key).Fence(),
 		log:   c.Logger.With("role", c.Role, "key", c.Key),
 		notes: make(chan *pgconn.Notification, 16)}
-	r.mainCfg, r.fenceCfg = c.sessionConfigs(r.onNotification, " fence")
+	r.mainCfg, r.fenceCfg = c.sessionConfigs(r.onNotification, fenceSuffix)
 	r.listen = []string{locks.ResignChannel(c.Key), term.Channel(c.Key)}
 	defer r.setState(Stopped, 0, nil)
 	defer r.recordPendingOnExit()

@@ -166,6 +166,10 @@ type Snapshot struct {
 	// Keys are the keys with at least one holder or waiter, ordered by form
 	// and key.
 	Keys []KeyLocks
+	// Drained are the sessions that hold the drained mark ([DrainedMark]):
+	// the lease sessions of group runs that were drained and are still
+	// connected. Every reading returns them, whatever its filter.
+	Drained []Session
 }
 
 // Find returns the holders and waiters of k; a free key yields an empty

@@ -57,19 +57,49 @@ func TakeMark(ctx context.Context, conn *pgx.Conn, bound time.Duration) (bool, e
 	return ok, nil
 }
 
+// The drained mark: how the lease session of a group run that was drained
+// (leasectl failover --replica, lease.ErrDrained) shows that it is still
+// connected while it serves no role. A drained group gives up its presence
+// locks, by which the other replicas count those that share the roles, and
+// leads nothing, so without a mark it would hold no lock at all and vanish
+// from who --replicas. The drained mark is the lease mark's class with a
+// low half of 0 (no bound): a two-int4 advisory lock held in shared mode,
+// which every reading of pg_locks returns with the lease marks, and which
+// goes with the session. A drained replica takes it before it answers the
+// drain, and again on each new session until it restarts.
+var DrainedMark = Key{Form: Pair, ID: int64(uint64(markClass) << 32)}
+
+// TakeDrainedMark takes the drained mark on conn, a group's lease session,
+// for as long as the session lives. It reports false when another session
+// holds that lock exclusively: the replica then goes unmarked, and who
+// --replicas does not show it.
+func TakeDrainedMark(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	k1, k2 := DrainedMark.Int4s()
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock_shared($1::int4, $2::int4)", k1, k2).Scan(&ok); err != nil {
+		return false, fmt.Errorf("take the drained mark: %w", err)
+	}
+	return ok, nil
+}
+
 // IsLease reports whether s is the lease session of a leasectl lease: it
 // holds a lease mark ([Session.LeaseBound]).
 func (s Session) IsLease() bool { return s.LeaseBound > 0 }
 
 // takeMarks moves the lease marks out of the snapshot's keys into the
 // sessions they mark: each session of the snapshot that holds one gets its
-// bound (the largest, should it hold several) as LeaseBound. A mark is
-// held in shared mode only; a lock of the same form held exclusively is
-// someone's key, and stays.
+// bound (the largest, should it hold several) as LeaseBound; the holders of
+// the drained mark become the snapshot's Drained. A mark is held in shared
+// mode only; a lock of the same form held exclusively is someone's key,
+// and stays.
 func (s *Snapshot) takeMarks() {
 	var bounds map[int32]time.Duration
 	kept := s.Keys[:0]
 	for _, l := range s.Keys {
+		if l.Key == DrainedMark && sharedOnly(l) {
+			s.Drained = append(s.Drained, l.Holders...)
+			continue
+		}
 		bound, ok := MarkBound(l.Key)
 		if !ok || !sharedOnly(l) {
 			kept = append(kept, l)
@@ -94,5 +124,8 @@ func (s *Snapshot) takeMarks() {
 				ss[j].LeaseBound = bounds[ss[j].PID]
 			}
 		}
+	}
+	for j := range s.Drained {
+		s.Drained[j].LeaseBound = bounds[s.Drained[j].PID]
 	}
 }

@@ -85,8 +85,13 @@ type Replica struct {
 	// Session is the lease session. Its lock fields (Granted, Shared,
 	// WaitStart) are cleared: they were those of one of its locks.
 	Session Session
-	// Group is true for a group run: the session holds presence locks.
+	// Group is true for a group run: the session holds presence locks, or
+	// the drained mark.
 	Group bool
+	// Drained is true for a group run that was drained (leasectl failover
+	// --replica): its session holds the drained mark ([DrainedMark]), and
+	// it takes no role until it restarts; it is still connected.
+	Drained bool
 	// Leads are the roles whose keys the session holds in exclusive mode,
 	// in the snapshot's key order.
 	Leads []RoleRef
@@ -100,20 +105,42 @@ type Replica struct {
 	Fence *Session
 }
 
-// Host is the text after the last '@' of the replica's application_name
-// (leasectl run NAME@HOST), or "" when it has none.
+// Host is the host of the replica's application_name: the text after its
+// last '@' (leasectl run NAME@HOST#PID, lease.DefaultApplicationName),
+// without the process id ("#" and digits) that ends a default name; ""
+// when it has no '@'.
 func (r Replica) Host() string {
-	i := strings.LastIndexByte(r.Session.Application, '@')
+	host, _ := HostOf(r.Session.Application)
+	return host
+}
+
+// HostOf splits an application_name of the form NAME@HOST#PID (the
+// default of leasectl run and the lease package) or NAME@HOST into its
+// host and its process id ("" when it ends in none): the text after the
+// last '@', and the digits after a '#' that end it. A host name holds
+// neither '@' nor '#'. host is "" when the name has no '@'.
+func HostOf(application string) (host, pid string) {
+	i := strings.LastIndexByte(application, '@')
 	if i < 0 {
-		return ""
+		return "", ""
 	}
-	return r.Session.Application[i+1:]
+	host = application[i+1:]
+	if j := strings.LastIndexByte(host, '#'); j >= 0 && j+1 < len(host) && strings.Trim(host[j+1:], "0123456789") == "" {
+		host, pid = host[:j], host[j+1:]
+	}
+	return host, pid
 }
 
 // Matches reports whether name names the replica: its application_name
-// exactly, or the host after the last '@' in it ([Replica.Host]).
+// exactly, the host after the last '@' in it ([Replica.Host]: every
+// replica on that host), or that host with the replica's process id
+// (HOST#PID).
 func (r Replica) Matches(name string) bool {
-	return name != "" && (r.Session.Application == name || r.Host() == name)
+	if name == "" {
+		return false
+	}
+	host, pid := HostOf(r.Session.Application)
+	return r.Session.Application == name || host == name || (pid != "" && host+"#"+pid == name)
 }
 
 // MatchReplicas returns the replicas of rs that name names
@@ -135,11 +162,12 @@ func (r Replica) Leading(k Key) bool {
 
 // Replicas are the processes that serve roles, as the snapshot shows them,
 // ordered by application_name and pid: every session that holds a presence
-// lock ([Snapshot.PresenceRole]), a group replica; and every other session
-// that holds a role's key of roles in exclusive mode or queues for it, a
-// single-role run (or a worker of its own). A snapshot read with
-// [Filter.All] shows them all; one read for some keys with
-// [Filter.Presence], those that serve them.
+// lock ([Snapshot.PresenceRole]), a group replica; every session that holds
+// the drained mark, a drained group replica (Drained), which serves no
+// role; and every other session that holds a role's key of roles in
+// exclusive mode or queues for it, a single-role run (or a worker of its
+// own). A snapshot read with [Filter.All] shows them all; one read for some
+// keys with [Filter.Presence], those that serve them, and the drained ones.
 func (s *Snapshot) Replicas(roles map[int64]string) []Replica {
 	byPID := map[int32]*Replica{}
 	var order []int32
@@ -189,6 +217,12 @@ func (s *Snapshot) Replicas(roles map[int64]string) []Replica {
 			r := replica(w)
 			r.Waits = append(r.Waits, ref)
 		}
+	}
+	// The drained groups, still connected: while their work stops they
+	// may still lead roles.
+	for _, d := range s.Drained {
+		r := replica(d)
+		r.Group, r.Drained = true, true
 	}
 	// A group's stand-by roles: present for, neither led nor queued for.
 	for _, l := range s.Keys {
@@ -323,5 +357,5 @@ func (d *Drain) noMatch() error {
 	for i, r := range d.Seen {
 		seen[i] = fmt.Sprintf("%q (pid %d)", r.Session.Application, r.Session.PID)
 	}
-	return fmt.Errorf("%w: no replica is named %q (by its application_name, or the host after the last '@' in it); the replicas seen: %s", ErrNoReplica, d.Name, strings.Join(seen, ", "))
+	return fmt.Errorf("%w: no replica is named %q (by its application_name, the host after the last '@' in it, or HOST#PID); the replicas seen: %s", ErrNoReplica, d.Name, strings.Join(seen, ", "))
 }

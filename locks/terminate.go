@@ -256,6 +256,20 @@ type Takeover struct {
 	BeforeSignal bool
 }
 
+// BoundByTerm tightens the takeover time with a third upper bound: when
+// the new holder began its term, termAfter after the same origin (the
+// request or the signal, [Failover.Origin]) by the server's clock. A lease
+// holds the key before it begins its term, so it took over no later; read
+// on the client's clock, or from a state change that came after the term
+// began, the takeover could otherwise come out later than the term that
+// follows it ("took over within 26ms", then "began its term within 25ms").
+// A zero termAfter (not measured) changes nothing.
+func (tk *Takeover) BoundByTerm(termAfter time.Duration) {
+	if tk != nil && termAfter > 0 && termAfter < tk.After {
+		tk.After, tk.ByServerClock = termAfter, true
+	}
+}
+
 // measureTakeover bounds the takeover by h, seen by the client at seen,
 // after term (see [Takeover.After]).
 func measureTakeover(term Termination, h Session, seen time.Time) (time.Duration, bool) {

@@ -278,6 +278,9 @@ func cleanFailover(ctx context.Context, conn *pgx.Conn, o Options, l locks.Lease
 			return r
 		}
 		began = &b
+		if !b.Other {
+			res.Takeover.BoundByTerm(b.After) // never a takeover later than its term
+		}
 	}
 	old := target.Holder
 	did := "terminated " + old.Describe()

@@ -13,8 +13,11 @@
 //
 // where the .sql files hold the statement of locks.Read with its parameters inlined
 // and psql connects with gssencmode=disable (pgx does not try GSSAPI
-// either). Each pair is timed twice: over TCP, where the lab's server asks
-// for SCRAM, and over its unix socket, where it trusts the client. stdout of both goes to /dev/null (not a terminal: plain output).
+// either). Each pair is timed three times: over TCP, where the lab's server
+// asks for SCRAM; over TCP as a role that pg_hba.conf trusts from
+// 127.0.0.1 (trustOverTCP); and over its unix socket, where it trusts the
+// client. stdout of both goes to /dev/null (not a terminal: plain output,
+// compact JSON).
 // It prints medians, p90 and the ratio leasectl / psql, and the median peak
 // RSS of each over -rss-runs more runs under GNU time (/usr/bin/time, which
 // a small parent keeps accurate). Run it from the repository root:
@@ -130,14 +133,20 @@ func run(sessions, perSession, runs int, keysPath string) error {
 	if err := os.WriteFile(rolesSQL, []byte(inline(false, roleKeys)), 0o600); err != nil {
 		return err
 	}
-	// Each command runs over both of the lab's ways in: TCP, where the
-	// server asks for SCRAM, and the unix socket, where it trusts the
-	// client, so that the login is cheap and the rest of the run shows.
+	trustDSN, err := trustOverTCP(ctx, l)
+	if err != nil {
+		return err
+	}
+	// Each command runs over three ways in: TCP, where the server asks for
+	// SCRAM; TCP as a role the server trusts; and the unix socket, where it
+	// trusts the client: without the login's cost the rest of the run
+	// shows.
 	type target struct{ auth, dsn, psqlDSN string }
 	targets := []target{
 		// libpq tries GSSAPI encryption first by default; pgx does not, so
 		// the baseline does not either.
 		{"TCP, SCRAM", dsn, dsn + "&gssencmode=disable"},
+		{"TCP, trust", trustDSN, trustDSN + "&gssencmode=disable"},
 		{"socket, trust", l.SocketDSN(), l.SocketDSN() + " gssencmode=disable"},
 	}
 	whoAll := cmdSpec{leasectl, []string{"who", "--all", "--keys", keysPath}}
@@ -165,8 +174,8 @@ func run(sessions, perSession, runs int, keysPath string) error {
 	}
 
 	if serve {
-		fmt.Printf("export LEASECTL_DSN='%s' PGPASSFILE='%s'\n# trust: LEASECTL_DSN='%s'\n# queries: %s %s\n# Ctrl-C to stop\n",
-			dsn, l.PassFile, l.SocketDSN(), allSQL, rolesSQL)
+		fmt.Printf("export LEASECTL_DSN='%s' PGPASSFILE='%s'\n# trust over TCP: LEASECTL_DSN='%s'\n# trust over the socket: LEASECTL_DSN='%s'\n# queries: %s %s\n# Ctrl-C to stop\n",
+			dsn, l.PassFile, trustDSN, l.SocketDSN(), allSQL, rolesSQL)
 		sig := make(chan os.Signal, 1)
 		signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 		<-sig
@@ -293,7 +302,8 @@ func countLines(c cmdSpec, env []string) (int, error) {
 }
 
 // countLeases runs c, a `who -o json`, and counts the leases of its
-// document.
+// document, which must be one line (stdout is not a terminal) and hide no
+// session (every way in reads the same).
 func countLeases(c cmdSpec, env []string) (int, error) {
 	cmd := exec.Command(c.path, c.args...)
 	cmd.Env = append(os.Environ(), env...)
@@ -301,9 +311,66 @@ func countLeases(c cmdSpec, env []string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	var doc struct{ Leases []json.RawMessage }
-	err = json.Unmarshal(out, &doc)
-	return len(doc.Leases), err
+	var doc struct {
+		Leases []json.RawMessage
+		Hidden bool
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return 0, err
+	}
+	switch {
+	case doc.Hidden:
+		return 0, fmt.Errorf("sessions are hidden from the role")
+	case strings.Count(string(out), "\n") != 1:
+		return 0, fmt.Errorf("the document to a pipe is not one line")
+	}
+	return len(doc.Leases), nil
+}
+
+// trustOverTCP creates a role that pg_hba.conf trusts over TCP from
+// 127.0.0.1 and that reads every session (pg_read_all_stats), as the lab's
+// superuser does, and returns a DSN for it: TCP without the cost of SCRAM.
+// (internal/bench/probe does the same for the probe.)
+func trustOverTCP(ctx context.Context, l *lab.Lab) (string, error) {
+	const role = "bench_trust"
+	hba := filepath.Join(l.Primary.DataDir, "pg_hba.conf")
+	old, err := os.ReadFile(hba)
+	if err != nil {
+		return "", err
+	}
+	rule := "host all " + role + " 127.0.0.1/32 trust\n"
+	if err := os.WriteFile(hba, append([]byte(rule), old...), 0o600); err != nil {
+		return "", err
+	}
+	connect := func(dsn string) (*pgx.Conn, error) {
+		cfg, err := dbconn.Parse(dsn, 10*time.Second)
+		if err != nil {
+			return nil, err
+		}
+		return dbconn.Connect(ctx, cfg)
+	}
+	conn, err := connect(l.DirectDSN())
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	for _, sql := range []string{"CREATE ROLE " + role + " LOGIN", "GRANT pg_read_all_stats TO " + role, "SELECT pg_reload_conf()"} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return "", fmt.Errorf("%s: %w", sql, err)
+		}
+	}
+	dsn := fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", role, l.Primary.Port)
+	// The reload is asynchronous: wait until the rule lets the role in.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := connect(dsn)
+		if err == nil {
+			c.Close(ctx)
+			return dsn, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("the trust rule for %s did not take effect: %w", role, err)
+		}
+	}
 }
 
 // alternate runs a and b in turns, after one untimed warm-up of each.
