@@ -40,11 +40,11 @@ uninstall:
 completions docs:
 	go generate ./cmd
 
-# The full fault suite (internal/chaos); `make test` and CI run its bounded
+# The full fault suite (test/chaos); `make test` and CI run its bounded
 # version. Needs root for the network partition.
 chaos:
 	bash -c '. scripts/lib.sh && ensure_deps test'
-	go test ./internal/chaos -count=1 -v -timeout 60m -args -full
+	go test ./test/chaos -count=1 -v -timeout 60m -args -full
 
 # goreleaser, pinned: installed with go install when missing (the Go module
 # proxy once; it works offline afterwards).

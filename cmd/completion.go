@@ -1,7 +1,7 @@
 package cmd
 
-//go:generate go run ../internal/gencompletions ../completions
-//go:generate go run ../internal/gendocs ../docs/reference ../docs/man
+//go:generate go run ../tools/gencompletions ../completions
+//go:generate go run ../tools/gendocs ../docs/reference ../docs/man
 
 import (
 	"bytes"

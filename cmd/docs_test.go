@@ -3,7 +3,7 @@ package cmd_test
 import (
 	"testing"
 
-	"github.com/leasectl/leasectl/internal/refdocs"
+	"github.com/leasectl/leasectl/test/refdocs"
 )
 
 // TestReferenceDocsAreCurrent fails when docs/reference (markdown) or

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/internal/leasetest"
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/test/leasetest"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // Workers that elect themselves with the runbook's SQL in their own code

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/test/leasetest"
 )
 
 // TestAFrozenStandByIsFlaggedOnceOverdue: a leasectl run stand-by frozen

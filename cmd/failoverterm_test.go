@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/lease"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // termKeys writes a keys file with role poller on key.

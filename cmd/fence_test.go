@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/internal/term"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // fenceInit runs `leasectl --dsn DSN fence init ARGS...`.

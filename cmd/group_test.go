@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // A group run (leasectl run --procfile), simulated with plain sessions as

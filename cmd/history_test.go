@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/lease"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 const (

@@ -20,10 +20,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/internal/leasetest"
-	"github.com/leasectl/leasectl/internal/memtest"
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/keys"
+	"github.com/leasectl/leasectl/test/leasetest"
+	"github.com/leasectl/leasectl/test/memtest"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 const (

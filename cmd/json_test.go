@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // The JSON convention of docs/json.md, checked mechanically on what the

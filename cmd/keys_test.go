@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasectl/leasectl/internal/gittest"
 	"github.com/leasectl/leasectl/internal/keyslint"
+	"github.com/leasectl/leasectl/test/gittest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")

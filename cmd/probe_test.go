@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/lab"
-	"github.com/leasectl/leasectl/internal/lab/labtest"
-	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/test/labtest"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // dsnWithPassword puts the lab's password into a DSN on purpose, so tests

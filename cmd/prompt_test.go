@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/internal/leasetest"
+	"github.com/leasectl/leasectl/test/leasetest"
 )
 
 // TestCtrlCAtThePromptEndsAtOnce: SIGINT at failover's [y/N] prompt (it

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/internal/leasetest"
+	"github.com/leasectl/leasectl/test/leasetest"
 )
 
 // probeURL returns the URL of path on the --metrics-addr server that run

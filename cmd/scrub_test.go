@@ -15,8 +15,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasectl/leasectl/internal/pgtest"
-	"github.com/leasectl/leasectl/internal/pwtest"
+	"github.com/leasectl/leasectl/test/pgtest"
+	"github.com/leasectl/leasectl/test/pwtest"
 )
 
 // noFragments fails when out shows any piece of secret that rest (the DSN

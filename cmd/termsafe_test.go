@@ -20,8 +20,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 const (

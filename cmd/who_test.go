@@ -19,8 +19,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/internal/dbconn"
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // whoJSON is the document of `leasectl who -o json` (docs/json.md), for

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // TestWhoCheckAndVerifyAgreeOnOneLeader: `who --check` and verify's

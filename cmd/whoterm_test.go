@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // withoutTermRecord drops the term record (schema leasectl), which the

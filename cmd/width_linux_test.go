@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/test/pgtest"
 	"golang.org/x/sys/unix"
 )
 

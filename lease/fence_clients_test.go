@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // The fencing tests of docs/fencing.md's and docs/lease-package.md's

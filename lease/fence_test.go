@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/lease"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // leader is one lease of a fencing test, and the session of its work.

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // groupFleet is a set of group replicas over the same roles, with a witness of

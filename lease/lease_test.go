@@ -16,10 +16,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/internal/dbconn"
-	"github.com/leasectl/leasectl/internal/leasetest"
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/test/leasetest"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // terminate ends a backend the way an operator (or leasectl failover) does.

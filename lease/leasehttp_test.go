@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/lease/leasehttp"
+	"github.com/leasectl/leasectl/test/leasetest"
 )
 
 // served is a lease on the lab's server with the monitor of leasehttp

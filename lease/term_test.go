@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/leasectl/leasectl/internal/leasetest"
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/test/leasetest"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // stopDelay is how long the work of a fleet takes to return once its

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // TestReadShowsDrainedGroups: a lease session that holds the drained mark

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/locks"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // TestHealthOnTheServer: exactly one leader, as `who --check` and verify's

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasectl/leasectl/internal/lab"
-	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 var testLab *lab.Lab

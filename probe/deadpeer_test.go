@@ -72,7 +72,7 @@ func kernelKeepalives(t *testing.T) (idle, interval time.Duration, count int) {
 // (set here per session, as `ALTER ROLE … SET` would), says which they
 // are, and warns or passes according to what a partition does with them
 // (how the server drops a silent client is measured under real partitions
-// by internal/chaos's TestDeadPeerTime). With --strict its warning is what
+// by test/chaos's TestDeadPeerTime). With --strict its warning is what
 // refuses the DSN.
 func TestDeadPeerJudgesTheServersRealSettings(t *testing.T) {
 	cases := []struct {

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/lab"
-	"github.com/leasectl/leasectl/internal/lab/labtest"
-	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/test/labtest"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 var testLab *lab.Lab

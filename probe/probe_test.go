@@ -13,9 +13,9 @@ import (
 	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/errkind"
 	"github.com/leasectl/leasectl/internal/lab"
-	"github.com/leasectl/leasectl/internal/lab/labtest"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
+	"github.com/leasectl/leasectl/test/labtest"
 )
 
 func cfgFor(t *testing.T, dsn string) *pgx.ConnConfig {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/lab"
-	"github.com/leasectl/leasectl/internal/lab/labtest"
 	"github.com/leasectl/leasectl/probe"
+	"github.com/leasectl/leasectl/test/labtest"
 )
 
 // TestDeadPeerBehindAPoolerIsTheClientsLink: PgBouncer reaches the primary
@@ -372,7 +372,7 @@ func churn(t *testing.T, port int) (stop func()) {
 			select {
 			case <-done:
 				return
-			case <-time.After(time.Duration((1000+rand.IntN(7000))) * time.Microsecond):
+			case <-time.After(time.Duration((1000 + rand.IntN(7000))) * time.Microsecond):
 			}
 			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 				c.Close()

@@ -6,10 +6,10 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/lab"
-	"github.com/leasectl/leasectl/internal/leasetest"
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/supervisor"
+	"github.com/leasectl/leasectl/test/leasetest"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // testLab is shared by the package's tests: a primary.

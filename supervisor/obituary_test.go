@@ -18,11 +18,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/internal/leasetest"
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/supervisor"
+	"github.com/leasectl/leasectl/test/leasetest"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // TestObituaryIsNotPartOfTheProgramsTree: a subreaper's program tree is

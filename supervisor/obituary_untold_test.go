@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/internal/leasetest"
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/internal/term"
 	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/supervisor"
+	"github.com/leasectl/leasectl/test/leasetest"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // watchObituary returns a channel closed once process obit has exited.

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/internal/leasetest"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/supervisor"
+	"github.com/leasectl/leasectl/test/leasetest"
 )
 
 // TestRunRestartsWorkThatReturns: with Restart, work that returns

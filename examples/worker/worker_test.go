@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/lab"
-	"github.com/leasectl/leasectl/internal/leasetest"
-	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/test/leasetest"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 var testLab *lab.Lab

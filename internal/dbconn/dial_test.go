@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/lab"
-	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // testLab starts when the first test asks for it; the other tests of the

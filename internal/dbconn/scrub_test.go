@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasectl/leasectl/internal/pwtest"
+	"github.com/leasectl/leasectl/test/pwtest"
 )
 
 // closedAddr is a port nothing listens on (port 1 is privileged and never

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/leasectl/leasectl/internal/memtest"
+	"github.com/leasectl/leasectl/test/memtest"
 )
 
 func wantRule(t *testing.T, err error, rule, text string) {

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/leasectl/leasectl/internal/errkind"
-	"github.com/leasectl/leasectl/internal/gittest"
 	"github.com/leasectl/leasectl/internal/keysfile"
+	"github.com/leasectl/leasectl/test/gittest"
 )
 
 const (

@@ -2,7 +2,7 @@
 // in front of it, from the system's own binaries, on free loopback ports.
 //
 // It is what `leasectl lab` runs and what every integration test uses: one
-// lab per test package, started in TestMain through internal/pgtest's
+// lab per test package, started in TestMain through test/pgtest's
 // RunMain (test code, kept out of the leasectl binary). The primary
 // listens on 127.0.0.1 and on a unix socket; each pooler is its own
 // PgBouncer process with its own port and pool mode (transaction and session by
@@ -11,7 +11,7 @@
 // ([Options.Extensions]) add further processes that the lab starts after
 // its servers and stops with them, without knowing what they are: the
 // front doors that tests put between a client and the primary (pgpool-II,
-// HAProxy, socat relays) live in internal/lab/labtest, which the leasectl
+// HAProxy, socat relays) live in test/labtest, which the leasectl
 // binary does not link.
 // With Options.HA the lab is a high-availability cluster instead: one etcd
 // member, two PostgreSQL nodes managed by Patroni (node1 bootstraps as the

@@ -9,7 +9,7 @@ import (
 )
 
 // An Extension is a part of a lab that package lab starts and stops
-// without knowing what it is: the test front doors of internal/lab/labtest
+// without knowing what it is: the test front doors of test/labtest
 // (pgpool-II, HAProxy, socat relays) are extensions, so that the leasectl
 // binary carries none of them. A value serves one lab.
 //

@@ -11,7 +11,7 @@ import (
 
 	"github.com/leasectl/leasectl/internal/dbconn"
 	"github.com/leasectl/leasectl/internal/lab"
-	"github.com/leasectl/leasectl/internal/pgtest"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 // serverOf connects to dsn and returns the port of the server that answers

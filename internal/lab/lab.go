@@ -91,7 +91,7 @@ type Options struct {
 	HBA []string
 	// Extensions are further parts of the lab, started after the servers
 	// and poolers and stopped before them (see [Extension]); the test
-	// front doors of internal/lab/labtest are some.
+	// front doors of test/labtest are some.
 	Extensions []Extension
 	// HA, when set, starts a high-availability cluster instead of a primary
 	// the lab runs itself: etcd, two PostgreSQL nodes managed by Patroni
@@ -826,7 +826,7 @@ type Component struct {
 	// a unix socket the number in its socket's name.
 	Port int `json:"port"`
 	// Socket is the unix socket of a process that listens on one instead
-	// of a TCP port (a relay of internal/lab/labtest); empty for the others.
+	// of a TCP port (a relay of test/labtest); empty for the others.
 	Socket string `json:"socket,omitempty"`
 	// Role is, in an HA lab, the role of a node as its Patroni reports it
 	// ("primary", "replica"; empty when Patroni does not answer), and the

@@ -131,7 +131,7 @@ const (
 //     without tcp_user_timeout, when tcp_retries2 retransmissions failed
 //     (about 15 min).
 //
-// Measured under real partitions by internal/chaos's TestDeadPeerTime.
+// Measured under real partitions by test/chaos's TestDeadPeerTime.
 type TCP struct {
 	Idle        time.Duration
 	Interval    time.Duration

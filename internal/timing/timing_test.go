@@ -22,7 +22,7 @@ func TestTCP(t *testing.T) {
 		{"user timeout before the first probe", TCP{30 * s, 10 * s, 3, 5 * s}, 40 * s, 5 * s, 5 * s, 40 * s},
 		{"user timeout past the probes", TCP{30 * s, 10 * s, 3, time.Hour}, time.Hour, time.Hour, time.Hour, time.Hour},
 		{"user timeout between probes", TCP{30 * s, 10 * s, 3, 55 * s}, 60 * s, 55 * s, 55 * s, 60 * s},
-		// Measured under a real partition (internal/chaos TestDeadPeerTime).
+		// Measured under a real partition (test/chaos TestDeadPeerTime).
 		{"measured: probes, then the user timeout", TCP{3 * s, s, 20, 10 * s}, 10 * s, 10 * s, 10 * s, 10 * s},
 		{"measured: user timeout first", TCP{6 * s, s, 10, 3 * s}, 7 * s, 3 * s, 3 * s, 7 * s},
 		{"count below the user timeout", TCP{3 * s, s, 2, 10 * s}, 10 * s, 10 * s, 10 * s, 10 * s},

@@ -11,12 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/internal/dbconn"
-	"github.com/leasectl/leasectl/internal/pgtest"
 	"github.com/leasectl/leasectl/internal/verify"
 	"github.com/leasectl/leasectl/keys"
 	"github.com/leasectl/leasectl/lease"
 	"github.com/leasectl/leasectl/locks"
 	"github.com/leasectl/leasectl/probe"
+	"github.com/leasectl/leasectl/test/pgtest"
 )
 
 func parse(t *testing.T, dsn string) *pgx.ConnConfig {
