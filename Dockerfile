@@ -11,7 +11,7 @@
 #   COPY --from=leasectl /usr/local/bin/leasectl /usr/local/bin/leasectl
 #   ENTRYPOINT ["/usr/local/bin/leasectl", "run", "--role", "poller", "--", "/app/poller"]
 #
-# (examples/k8s/ deploys such an image; internal/release's tests check this
+# (examples/k8s/ deploys such an image; test/release's tests check this
 # file and run its build command.)
 
 ARG GO_VERSION=1.26.8

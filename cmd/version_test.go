@@ -9,7 +9,7 @@ import (
 
 // TestVersion: leasectl version and --version print the build, as text or,
 // with -o json, as the same JSON object; a stray argument is a usage error.
-// (internal/release's tests check the values a release build stamps.)
+// (test/release's tests check the values a release build stamps.)
 func TestVersion(t *testing.T) {
 	res := runCLI(t, nil, "version")
 	wantExit(t, res, ExitOK)

@@ -19,7 +19,7 @@ need_packages() {
   if [ "$1" = test ]; then
     # make: the docs tests run `make install` into a staging directory.
     command -v make >/dev/null 2>&1 || missing+=(make)
-    # The fault suite's network partition (internal/chaos): ip netns, veth, nft.
+    # The fault suite's network partition (test/chaos): ip netns, veth, nft.
     command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || [ -x /sbin/ip ] || missing+=(iproute2)
     command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || missing+=(nftables)
     # The lab's optional front doors, which the probe's tests go through:
@@ -41,7 +41,7 @@ need_packages() {
     # psycopg2) and etcd 3.4.
     command -v patroni >/dev/null 2>&1 || missing+=(patroni)
     command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
-    # The release tests (internal/release): promtool checks the alerting
+    # The release tests (test/release): promtool checks the alerting
     # rules; curl is the GitHub Action's downloader.
     command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
     command -v curl >/dev/null 2>&1 || missing+=(curl)
@@ -50,8 +50,29 @@ need_packages() {
 }
 
 # ensure_deps JOB: demo (a lab of PostgreSQL and PgBouncer) or test (the
-# whole suite: every lab, the fault suite, the release tests).
+# whole suite: every lab, the fault suite, the release tests, so goreleaser
+# too). scripts/test.sh runs its parts itself, goreleaser's build in the
+# background: ensure_go, ensure_packages test, install_goreleaser.
 ensure_deps() {
+  ensure_go
+  ensure_packages "${1:-}"
+  if [ "${1:-}" = test ]; then
+    install_goreleaser
+  fi
+  # Where a policy let Debian's packages start their own cluster and pooler
+  # on 5432/6432, leasectl's lab still uses its own free ports.
+}
+
+ensure_go() {
+  if ! command -v go >/dev/null 2>&1; then
+    echo "go not found: install Go 1.26 (https://go.dev/dl/) and put it on PATH" >&2
+    exit 1
+  fi
+}
+
+# ensure_packages JOB installs the Debian packages that JOB (demo or test)
+# needs and this machine lacks.
+ensure_packages() {
   local job="${1:-}"
   case "$job" in
   demo | test) ;;
@@ -60,10 +81,6 @@ ensure_deps() {
     exit 2
     ;;
   esac
-  if ! command -v go >/dev/null 2>&1; then
-    echo "go not found: install Go 1.26 (https://go.dev/dl/) and put it on PATH" >&2
-    exit 1
-  fi
   local missing
   missing="$(need_packages "$job")"
   if [ -n "$missing" ]; then
@@ -85,12 +102,14 @@ ensure_deps() {
     [ -n "$added" ] && $sudo rm -f "$policy"
     [ "$rc" -eq 0 ] || exit "$rc"
   fi
-  # goreleaser, pinned, for internal/release's release test (go install
-  # once; offline afterwards).
-  if [ "$job" = test ]; then
-    command -v goreleaser >/dev/null 2>&1 || [ -x "$(go env GOPATH)/bin/goreleaser" ] ||
-      go install github.com/goreleaser/goreleaser/v2@v2.15.1
-  fi
-  # Where a policy let Debian's packages start their own cluster and pooler
-  # on 5432/6432, leasectl's lab still uses its own free ports.
+}
+
+# install_goreleaser: goreleaser, pinned (the Makefile's GORELEASER_VERSION
+# and test/release's goreleaserVersion say the same), for
+# test/release's release tests; go install once, offline afterwards.
+# Built from source: a few hundred modules, minutes on a fresh machine, which
+# is why scripts/test.sh builds it in the background.
+install_goreleaser() {
+  command -v goreleaser >/dev/null 2>&1 || [ -x "$(go env GOPATH)/bin/goreleaser" ] ||
+    go install github.com/goreleaser/goreleaser/v2@v2.15.1
 }

@@ -1,13 +1,28 @@
 #!/usr/bin/env bash
 # Runs leasectl's whole test suite against real PostgreSQL and PgBouncer,
-# installing them first when they are missing (Debian), after go vet here
-# and the build and vet of every release platform (scripts/cross.sh).
+# installing them first when they are missing (Debian), after go vet here,
+# and with the race detector on the lease's packages after. Beside it all
+# run the build and vet of every release platform (scripts/cross.sh) and the
+# build of goreleaser: a failure of either fails the script, with its output.
+# Each step's time goes to stderr, `>> step NAME took S s`, and all of them
+# at the end (scripts/steps.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
-ensure_deps test
-go vet ./...
-bash scripts/cross.sh
-go test -count=1 -timeout 20m "$@" ./...
+. scripts/steps.sh
+steps_init
+ensure_go
+# In the background, niced: goreleaser (test/release's release tests wait
+# for it), and the build and vet of every release platform, whose compiled
+# packages goreleaser's snapshot release in those tests then reuses.
+bg_step goreleaser bash -c '. scripts/lib.sh && install_goreleaser'
+LEASECTL_GORELEASER_STATUS="$(bg_status goreleaser)"
+export LEASECTL_GORELEASER_STATUS
+bg_step cross bash scripts/cross.sh
+step packages ensure_packages test
+step vet go vet ./...
+step test go test -count=1 -timeout 20m "$@" ./...
 # The packages that hold the lease's concurrency, under the race detector.
-go test -count=1 -race ./locks ./lease/... ./probe ./supervisor
+step race go test -count=1 -race ./locks ./lease/... ./probe ./supervisor
+bg_wait cross
+bg_wait goreleaser quiet

@@ -27,10 +27,21 @@ import (
 // written for (version: 2).
 const goreleaserVersion = "v2.15.1"
 
+// goreleaserStatusEnv names the file scripts/test.sh writes when the
+// goreleaser it builds in the background, beside the tests, is installed
+// (or failed to be): its exit code first. The log is beside it, NAME.log
+// for NAME.status.
+const goreleaserStatusEnv = "LEASECTL_GORELEASER_STATUS"
+
 // goreleaser returns the goreleaser binary, on PATH or where go install
 // puts it; missing, the test fails with the command that installs it.
+// Under scripts/test.sh, it first waits for the background install to end,
+// and fails with its output when that failed.
 func goreleaser(t *testing.T) string {
 	t.Helper()
+	if status := os.Getenv(goreleaserStatusEnv); status != "" {
+		waitGoreleaser(t, status)
+	}
 	if p, err := exec.LookPath("goreleaser"); err == nil {
 		return p
 	}
@@ -42,6 +53,39 @@ func goreleaser(t *testing.T) string {
 	}
 	t.Fatalf("goreleaser not found: go install github.com/goreleaser/goreleaser/v2@%s (or make goreleaser)", goreleaserVersion)
 	return ""
+}
+
+// waitGoreleaser waits for status to appear (scripts/test.sh's background
+// install of goreleaser has ended), leaving the snapshot release time to run
+// before the test binary's deadline, and fails when the install failed.
+func waitGoreleaser(t *testing.T, status string) {
+	t.Helper()
+	limit := time.Now().Add(15 * time.Minute)
+	if d, ok := t.Deadline(); ok {
+		limit = d.Add(-4 * time.Minute)
+	}
+	start := time.Now()
+	var data []byte
+	for {
+		var err error
+		if data, err = os.ReadFile(status); err == nil {
+			break
+		}
+		if !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("goreleaser's install (scripts/test.sh, in the background) had not ended after %s: %s never appeared", time.Since(start).Round(time.Second), status)
+		}
+		time.Sleep(time.Second)
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Logf("waited %s for goreleaser's install", waited.Round(time.Second))
+	}
+	if code, _, _ := strings.Cut(strings.TrimSpace(string(data)), " "); code != "0" {
+		log, _ := os.ReadFile(strings.TrimSuffix(status, ".status") + ".log")
+		t.Fatalf("installing goreleaser %s failed (exit %s):\n%s", goreleaserVersion, code, log)
+	}
 }
 
 // releaseConfig is the part of .goreleaser.yaml the tests look at.
@@ -58,6 +102,7 @@ type releaseConfig struct {
 // builds all six targets statically and stamps the version, commit and date
 // into the variables internal/buildinfo reads.
 func TestGoreleaserConfig(t *testing.T) {
+	t.Parallel() // after the package's other tests: goreleaser may still be building
 	out := run(t, repo, nil, goreleaser(t), "check")
 	if !strings.Contains(out, "1 configuration file(s) validated") {
 		t.Errorf("goreleaser check:\n%s", out)
@@ -93,6 +138,7 @@ func TestGoreleaserConfig(t *testing.T) {
 // machine reports the version, commit and date, and the action installs the
 // release from these very files.
 func TestGoreleaserSnapshotRelease(t *testing.T) {
+	t.Parallel() // after the package's other tests: goreleaser may still be building
 	gr := goreleaser(t)
 	src := t.TempDir()
 	copyTree(t, src)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"text/template"
 
-	"github.com/leasectl/leasectl/internal/gittest"
+	"github.com/leasectl/leasectl/test/gittest"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -348,7 +348,11 @@ func TestActionVerifiesChecksums(t *testing.T) {
 // archive and a release that does not exist fail the step as annotations.
 func TestActionInstallsARelease(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "leasectl")
-	run(t, repo, []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath", "-o", bin,
+	// -buildvcs=false: stamped with the version and commit only, as said
+	// below, even where go build would add the clone's commit time (a git
+	// checkout with git installed and no GOFLAGS saying otherwise: CI's
+	// clean clone on a fresh machine).
+	run(t, repo, []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath", "-buildvcs=false", "-o", bin,
 		"-ldflags", "-X "+buildinfoPkg+".version=1.2.3 -X "+buildinfoPkg+".commit=feedface", ".")
 	releases := t.TempDir()
 	archive, sums := goreleaserNames(t, "v1.2.3", "linux", "amd64")
