@@ -81,7 +81,7 @@ func run(n int) error {
 	}
 	defer l.Stop(context.Background())
 
-	trustDSN, err := trustOverTCP(ctx, l)
+	trustDSN, err := benchutil.TrustOverTCP(ctx, l)
 	if err != nil {
 		return err
 	}
@@ -333,42 +333,4 @@ func mustParse(dsn string) *pgx.ConnConfig {
 		panic(err)
 	}
 	return cfg
-}
-
-// trustOverTCP creates a role that pg_hba.conf trusts over TCP from
-// 127.0.0.1 (the lab's servers ask for SCRAM there) and returns its DSN.
-func trustOverTCP(ctx context.Context, l *lab.Lab) (string, error) {
-	const role = "bench_trust"
-	hba := filepath.Join(l.Primary.DataDir, "pg_hba.conf")
-	old, err := os.ReadFile(hba)
-	if err != nil {
-		return "", err
-	}
-	rule := "host all " + role + " 127.0.0.1/32 trust\n"
-	if err := os.WriteFile(hba, append([]byte(rule), old...), 0o600); err != nil {
-		return "", err
-	}
-	conn, err := dbconn.Connect(ctx, mustParse(l.DirectDSN()))
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
-		return "", err
-	}
-	if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
-		return "", err
-	}
-	dsn := fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", role, l.Primary.Port)
-	// The reload is asynchronous: wait until the rule lets the role in.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		c, err := dbconn.Connect(ctx, mustParse(dsn))
-		if err == nil {
-			c.Close(ctx)
-			return dsn, nil
-		}
-		if time.Now().After(deadline) {
-			return "", fmt.Errorf("the trust rule for %s did not take effect: %w", role, err)
-		}
-	}
 }
