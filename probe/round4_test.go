@@ -206,9 +206,20 @@ func (r *freezingRelay) close() {
 // TestNginxRoundRobinOverTwoPrimariesIsRefused: nginx's stream proxy over
 // the primary and an unrelated second primary, with two worker processes,
 // round robin kept per worker (no zone: it said STABLE 11 times in 60) and
-// shared (zone). 30 probes through each, 30 refusals naming the other
-// server, and the exclusion line states the bound when it passes.
+// shared (zone), while other clients connect through it. 100 probes through
+// each must be refused, naming the other server.
+//
+// The churn makes nginx's placement of the probe's connections close to
+// random, and the probe's claim is a bound, not a certainty: each probe is
+// fooled (all ten contenders on A's server) with a chance of at most 2^-10.
+// So the test allows at most maxFooled of the 200 probes to pass: with the
+// bound, four or more fooled probes in 200 has a chance below 1 in 15,000.
+// The earlier probe (two contenders) was fooled 4 times in 60 here, and
+// 8 in 60 before: fewer than four in 200 at that rate, about once in a
+// thousand runs.
 func TestNginxRoundRobinOverTwoPrimariesIsRefused(t *testing.T) {
+	const probes, maxFooled = 100, 3
+	fooled := 0
 	for _, name := range []string{"nginx-rr", "nginx-zone"} {
 		t.Run(name, func(t *testing.T) {
 			// As a user writes it: no sslmode, so pgx's default prefer
@@ -223,7 +234,7 @@ func TestNginxRoundRobinOverTwoPrimariesIsRefused(t *testing.T) {
 			stop := churn(t, doors.Nginx(name).Port)
 			defer stop()
 			refused := 0
-			for i := range 30 {
+			for i := range probes {
 				// The churn forks a backend per connection: on a busy
 				// machine a login can take longer than the default 5 s.
 				rep, err := probe.Run(context.Background(), probe.Options{ConnConfig: cfgFor(t, dsn), Timeout: 20 * time.Second})
@@ -236,10 +247,12 @@ func TestNginxRoundRobinOverTwoPrimariesIsRefused(t *testing.T) {
 					t.Logf("run %d: %s (%s), want REFUSED naming another server:%s", i+1, rep.Verdict, rep.Refusal, dump(rep))
 				}
 			}
-			if refused != 30 {
-				t.Errorf("%d of 30 probes through nginx %s over two unrelated primaries were refused, want 30", refused, name)
-			}
+			t.Logf("%d of %d probes through nginx %s over two unrelated primaries were refused", refused, probes, name)
+			fooled += probes - refused
 		})
+	}
+	if fooled > maxFooled {
+		t.Errorf("%d of %d probes through nginx over two unrelated primaries were not refused, want at most %d (the bound allows one in 1,024)", fooled, 2*probes, maxFooled)
 	}
 	assertNothingLeftOn(t, testLab.DirectDSN())
 	assertNothingLeftOn(t, doors.TwinDSN())

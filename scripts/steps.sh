@@ -113,6 +113,8 @@ bg_wait() {
 
 _steps_exit() {
   local rc=$? name
+  # A second Ctrl-C must not cut the clean-up short.
+  trap '' INT TERM
   set +e
   if [ -n "$_steps_current" ]; then
     _steps_record "$_steps_current" "$_steps_current_start" "$(_steps_now)" "FAILED with exit $rc"
