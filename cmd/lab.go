@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -62,7 +63,9 @@ DSN names with passfile=.`,
 		Args: noArgs,
 		RunE: parentRunE,
 	}
-	c.PersistentFlags().StringVar(&opts.Dir, "dir", lab.DefaultDir(), "state directory of the lab")
+	dir, shown := labDefaultDir(app.Getenv)
+	c.PersistentFlags().StringVar(&opts.Dir, "dir", dir, "state directory of the lab")
+	c.PersistentFlags().Lookup("dir").DefValue = shown
 	_ = c.MarkPersistentFlagDirname("dir")
 	c.AddCommand(newLabUpCmd(opts, runF), newLabDownCmd(opts, runF), newLabEnvCmd(opts, runF), newLabStatusCmd(opts, runF),
 		newLabSwitchoverCmd(opts, runF), newLabKillPrimaryCmd(opts, runF), newLabReviveCmd(opts, runF))
@@ -738,4 +741,25 @@ func labRun(c *cobra.Command, opts *labOptions, runF func(*labOptions) error, ru
 		return runF(opts)
 	}
 	return run(c.Context(), opts)
+}
+
+// labDefaultDir returns the lab's default state directory, as
+// lab.DefaultDir finds it (leasectl/lab under $XDG_CACHE_HOME, else under
+// ~/.cache) but from getenv, and the way --help and the reference pages
+// show it: with ~ for the home directory, so that they read the same for
+// every user.
+func labDefaultDir(getenv func(string) string) (dir, shown string) {
+	if x := getenv("XDG_CACHE_HOME"); filepath.IsAbs(x) {
+		dir = filepath.Join(x, "leasectl", "lab")
+		return dir, dir
+	}
+	home := getenv("HOME")
+	if home == "" {
+		home, _ = os.UserHomeDir()
+	}
+	if !filepath.IsAbs(home) {
+		dir = lab.DefaultDir()
+		return dir, dir
+	}
+	return filepath.Join(home, ".cache", "leasectl", "lab"), filepath.Join("~", ".cache", "leasectl", "lab")
 }
