@@ -197,7 +197,7 @@ while they hold the lease.`,
 		cmds  []*cobra.Command
 	}{
 		{&cobra.Group{ID: "check", Title: "Check a deployment:"}, []*cobra.Command{newProbeCmd(app, nil), newWhoCmd(app, nil), newHistoryCmd(app, nil), newVerifyCmd(app, nil)}},
-		{&cobra.Group{ID: "act", Title: "Run and move leases:"}, []*cobra.Command{newRunCmd(app, nil), newFailoverCmd(app, nil)}},
+		{&cobra.Group{ID: "act", Title: "Run and move leases:"}, []*cobra.Command{newRunCmd(app, nil), newServeCmd(app, nil), newFailoverCmd(app, nil)}},
 		{&cobra.Group{ID: "config", Title: "Keys and tools:"}, []*cobra.Command{newKeysCmd(app), newFenceCmd(app), newLabCmd(app, nil), newVersionCmd(app)}},
 	}
 	for _, g := range groups {

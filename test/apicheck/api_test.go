@@ -21,6 +21,7 @@ var public = map[string]string{
 	module + "/keys":            "keys.yaml for Go services: Load (or Parse) checks a file as keys lint does, Role gives a role's key; exports listed in exports_test.go (lint docs, diff and git are internal/keyslint)",
 	module + "/lease":           "the lease, and RunGroup",
 	module + "/lease/leasehttp": "a lease's metrics and health checks",
+	module + "/lease/leaseapi":  "leasectl serve's local HTTP API over a group's leases, for applications in any language",
 	module + "/locks":           "advisory locks as pg_locks shows them, and the failover",
 	module + "/probe":           "the session-stability probe",
 	module + "/supervisor":      "a program as a lease's work, as leasectl run runs it",
