@@ -29,6 +29,7 @@ type serveOptions struct {
 	HeartbeatTimeout  time.Duration
 	Keep              int
 	LogFormat         string
+	MetricsAddr       string
 }
 
 // newServeCmd builds `leasectl serve`; runF, when not nil, runs instead of
@@ -93,6 +94,7 @@ API, the safety rules and clients in Python, Node, Ruby and Go.`,
 	f.DurationVar(&opts.HeartbeatInterval, "heartbeat-interval", lease.DefaultHeartbeatInterval, "time between the leader's heartbeats (the proof of its hold, and the renewal of its term); valid_until reaches this plus --heartbeat-timeout ahead")
 	f.DurationVar(&opts.HeartbeatTimeout, "heartbeat-timeout", 0, "time limit of each heartbeat (default: --timeout)")
 	f.IntVar(&opts.Keep, "keep", lease.DefaultHistoryKeep, "terms of each role's history to keep in the database (leasectl history); older ones are deleted")
+	f.StringVar(&opts.MetricsAddr, "metrics-addr", "", "also serve /metrics, /healthz and /readyz (not the API) at ADDR, e.g. :9464 for a kubelet's probes")
 	_ = c.RegisterFlagCompletionFunc("role", completeOneRole(app))
 	_ = c.MarkFlagFilename("procfile")
 	return c
@@ -200,6 +202,12 @@ func runServe(ctx context.Context, opts *serveOptions) error {
 		return err
 	}
 	app.warnNoDSN(connCfg)
+
+	stopMetrics, err := (&runOptions{app: app, MetricsAddr: opts.MetricsAddr}).serveMetrics(set.Handler(), logger)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	addr := opts.Listen
 	if addr == "" {

@@ -382,3 +382,5 @@ func TestServeInputErrors(t *testing.T) {
 		t.Errorf("the socket %s is left after serve exited", stale)
 	}
 }
+
+func jsonDecode(resp *http.Response, out any) error { return json.NewDecoder(resp.Body).Decode(out) }

@@ -30,7 +30,7 @@ var ErrResigned = errors.New("the application resigned (POST /v1/roles/ROLE/resi
 
 // ErrAppSilent is what a role's Work returns when the application did not
 // check in within Options.AppTTL.
-var ErrAppSilent = errors.New("the application stopped checking in (--app-ttl)")
+var ErrAppSilent = errors.New("the application stopped checking in within its TTL")
 
 // Options configures an [API].
 type Options struct {
@@ -155,48 +155,54 @@ func (a *API) work(name string) func(ctx context.Context) error {
 		if !ok {
 			return errors.New("leaseapi: Work called without a lease session")
 		}
-		resign := make(chan struct{})
-		a.mu.Lock()
-		now := time.Now()
-		r.leading, r.epoch, r.token, r.since = true, s.Epoch, s.FenceToken(), now
-		r.promised, r.resign = time.Time{}, resign
-		if r.ack != nil {
-			close(r.ack) // a wait of an earlier term is over
-			r.ack = nil
-		}
-		a.broadcast()
-		a.mu.Unlock()
-
-		why, wait := a.hold(ctx, r, resign)
-
-		a.mu.Lock()
-		epoch, promised := r.epoch, r.promised
-		r.leading, r.epoch, r.token, r.resign = false, 0, "", nil
-		ack := make(chan struct{})
-		if wait {
-			r.ack, r.ackEpoch = ack, epoch
-		}
-		a.broadcast()
-		a.mu.Unlock()
-		if why == ErrAppSilent {
-			a.log.Warn("the application has not checked in within --app-ttl; stepping down", "role", name, "epoch", epoch, "app_ttl", a.opts.AppTTL)
-		}
-		if d := time.Until(promised); wait && d > 0 {
-			a.log.Info("the application was told it leads until valid_until; keeping the term until then (a resign ends the wait)", "role", name, "epoch", epoch, "valid_until", promised.UTC().Format(time.RFC3339Nano))
-			t := time.NewTimer(d)
-			select {
-			case <-t.C:
-			case <-ack:
-			}
-			t.Stop()
-			a.mu.Lock()
-			if r.ack == ack {
-				r.ack = nil
-			}
-			a.mu.Unlock()
-		}
-		return why
+		return a.term(ctx, r, s.Epoch, s.FenceToken())
 	}
+}
+
+// term publishes r's term and holds it until it ends (see work).
+func (a *API) term(ctx context.Context, r *role, epoch int64, token string) error {
+	resign := make(chan struct{})
+	a.mu.Lock()
+	r.leading, r.epoch, r.token, r.since = true, epoch, token, time.Now()
+	r.promised, r.resign = time.Time{}, resign
+	if r.ack != nil {
+		close(r.ack) // a wait of an earlier term is over
+		r.ack = nil
+	}
+	a.broadcast()
+	a.mu.Unlock()
+
+	why, wait := a.hold(ctx, r, resign)
+
+	// Not led any more, as every answer from now on says, before the work
+	// returns (and the key can pass on).
+	a.mu.Lock()
+	promised := r.promised
+	r.leading, r.epoch, r.token, r.resign = false, 0, "", nil
+	ack := make(chan struct{})
+	if wait {
+		r.ack, r.ackEpoch = ack, epoch
+	}
+	a.broadcast()
+	a.mu.Unlock()
+	if why == ErrAppSilent {
+		a.log.Warn("the application has not checked in within its TTL; stepping down", "role", r.name, "epoch", epoch, "app_ttl", a.opts.AppTTL)
+	}
+	if d := time.Until(promised); wait && d > 0 {
+		a.log.Info("the application was told it leads until valid_until; keeping the term until then (a resign ends the wait)", "role", r.name, "epoch", epoch, "valid_until", promised.UTC().Format(time.RFC3339Nano))
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ack:
+		}
+		t.Stop()
+	}
+	a.mu.Lock()
+	if r.ack == ack {
+		r.ack = nil
+	}
+	a.mu.Unlock()
+	return why
 }
 
 // hold blocks while the role is led here: until ctx ends (the lease ended),
