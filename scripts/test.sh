@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs leasectl's whole test suite against real PostgreSQL and PgBouncer,
-# installing them first when they are missing (Debian), after go vet here,
-# and with the race detector on the lease's packages after. Beside it all
-# run the build and vet of every release platform (scripts/cross.sh) and the
-# build of goreleaser: a failure of either fails the script, with its output.
+# installing them first when they are missing (Debian), and with the race
+# detector on the lease's packages beside it. Beside it all run the build and
+# go vet of every release platform, this one included (scripts/cross.sh),
+# and the build of goreleaser: a failure of either fails the script, with
+# its output.
 # Each step's time goes to stderr, `>> step NAME took S s`, and all of them
 # at the end (scripts/steps.sh).
 set -euo pipefail
@@ -20,9 +21,14 @@ LEASECTL_GORELEASER_STATUS="$(bg_status goreleaser)"
 export LEASECTL_GORELEASER_STATUS
 bg_step cross bash scripts/cross.sh
 step packages ensure_packages test
-step vet go vet ./...
-step test go test -count=1 -timeout 20m "$@" ./...
-# The packages that hold the lease's concurrency, under the race detector.
-step race go test -count=1 -race ./locks ./lease/... ./probe ./supervisor
+# The packages that hold the lease's concurrency, under the race detector,
+# beside the tests: both spend most of their time waiting on servers,
+# processes and timers, as do the four test binaries that run at once.
+# The tests build as releases are built (static, -trimpath), so that the
+# release builds of this platform (scripts/cross.sh, goreleaser) find
+# every package compiled.
+bg_step --no-nice race go test -count=1 -race ./locks ./lease/... ./probe ./supervisor
+step test env CGO_ENABLED=0 go test -count=1 -trimpath -p 4 -timeout 20m "$@" ./...
+bg_wait race
 bg_wait cross
 bg_wait goreleaser quiet
