@@ -65,8 +65,9 @@ out has passed, so that an application that obeys it has stopped before
 the next leader begins; its late writes are refused by the fencing token.
 
 Exit status: 0 when stopped (SIGINT, SIGTERM); 2 for bad input (unknown
-role, address in use); 3 when the database refuses. docs/serve.md has the
-API, the safety rules and clients in Python, Node, Ruby and Go.`,
+role, address in use). An unreachable database is retried, as by run.
+docs/serve.md has the API, the safety rules and clients in Python, Node,
+Ruby and Go.`,
 		Example: `  leasectl serve --role scheduler
   leasectl serve --procfile Procfile --listen 127.0.0.1:8765 --app-ttl 30s
   curl --unix-socket $XDG_RUNTIME_DIR/leasectl-serve-scheduler.sock http://serve/v1/roles/scheduler`,

@@ -10,11 +10,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasectl/leasectl/lease/leaseapi"
+	"github.com/leasectl/leasectl/test/leasetest"
 )
 
 // serveFlags make the tests' serves notice and hand over in seconds: a
@@ -384,3 +386,50 @@ func TestServeInputErrors(t *testing.T) {
 }
 
 func jsonDecode(resp *http.Response, out any) error { return json.NewDecoder(resp.Body).Decode(out) }
+
+// TestServeProcfileFewSessions: serve --procfile holds every role of a
+// Procfile (its commands are not run) over at most three server sessions,
+// as run --procfile does.
+func TestServeProcfileFewSessions(t *testing.T) {
+	roles := []string{"poller", "scheduler", "reconciler", "sweeper", "mailer"}
+	f := newGroupFixture(t, 9400020, roles...)
+	s := f.startLeasectl(needLab(t).DirectDSN()+"&application_name=serve-few", append([]string{"serve", "--procfile", f.procfile, "--listen", "127.0.0.1:0"}, serveFlags...)...)
+	s.log.WaitFor(t, "serving the API", 1, hang)
+	m := regexp.MustCompile(`listen=(127\.0\.0\.1:\d+)`).FindStringSubmatch(s.log.String())
+	if m == nil {
+		t.Fatalf("no listen= in the log:\n%s", s.log)
+	}
+	for deadline := time.Now().Add(hang); ; time.Sleep(50 * time.Millisecond) {
+		resp, err := http.Get("http://" + m[1] + "/v1/roles")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var all []leaseapi.RoleState
+		err = jsonDecode(resp, &all)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		led := 0
+		for i, st := range all {
+			if st.Role != roles[i] {
+				t.Fatalf("GET /v1/roles lists %+v, want the Procfile's order %v", all, roles)
+			}
+			if st.Leader {
+				led++
+			}
+		}
+		if led == len(roles) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d roles led:\n%s", led, len(roles), s.log)
+		}
+	}
+	if n := sessionsOf(t, "serve-few") + sessionsOf(t, "serve-few fence"); n < 2 || n > 3 {
+		t.Errorf("%d server sessions for %d roles, want the lease and fence sessions, at most 3", n, len(roles))
+	}
+	if n := f.count(leasetest.Start, 0); n != 0 {
+		t.Errorf("%d of the Procfile's programs started; serve runs none", n)
+	}
+}
