@@ -19,15 +19,16 @@
 //     stands by again after a short hold.
 //
 // The promise. RoleState.ValidUntil is the latest moment the application
-// may go on working as the leader without asking again. It is the last
-// round trip that proved the lease sessions alive plus the heartbeat
-// interval and timeout (the time by which the next heartbeat has renewed
-// the lease or failed), and never later than the application's own
-// check-in deadline. A round trip that proved the sessions at time T
-// keeps the key, and the term, at least the heartbeat interval, two
-// heartbeat timeouts and the work's stop time beyond T (package timing), so
-// the promise ends before another replica can begin a term, by at least
-// one heartbeat timeout plus the stop time, while this process runs.
+// may go on working as the leader without asking again: the last round
+// trip that proved the lease sessions alive plus the heartbeat interval
+// and timeout (by then the next heartbeat has renewed the lease or failed),
+// and never later than the application's check-in deadline. The group runs
+// with [StopTimeout], the heartbeat interval plus two heartbeat timeouts,
+// so a term's deadline (package timing: the heartbeat interval, three
+// heartbeat timeouts and the stop time past its last renewal) and the time
+// the server keeps a silent leader's session both lie beyond any
+// ValidUntil handed out, by about two heartbeat timeouts, even when this
+// process is killed or frozen.
 //
 // When a role's lease ends here (lost, resigned, app TTL, shutdown), the
 // API first shows the role as not led (watchers get the event), then keeps
