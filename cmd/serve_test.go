@@ -287,7 +287,7 @@ func TestServeAppTTL(t *testing.T) {
 	if gone.Leader || gone.Epoch != 0 {
 		t.Errorf("after the app went silent: %+v, want not leading", gone)
 	}
-	s.log.WaitFor(t, "has not checked in within --app-ttl", 1, hang)
+	s.log.WaitFor(t, "has not checked in within its TTL", 1, hang)
 }
 
 // TestServeBadRequests: the API's answers to bad queries are JSON errors.
