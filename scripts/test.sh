@@ -24,11 +24,12 @@ step packages ensure_packages test
 # The packages that hold the lease's concurrency, under the race detector,
 # beside the tests: both spend most of their time waiting on servers,
 # processes and timers, as do the four test binaries that run at once.
-# The tests build as releases are built (static, -trimpath), so that the
-# release builds of this platform (scripts/cross.sh, goreleaser) find
-# every package compiled.
+# The tests build as releases are built (static, -trimpath), and so do
+# the leasectl binaries they build (the environment carries the flags), so
+# that those builds and the release builds of this platform
+# (scripts/cross.sh, goreleaser) find every package compiled.
 bg_step --no-nice race go test -count=1 -race ./locks ./lease/... ./probe ./supervisor
-step test env CGO_ENABLED=0 go test -count=1 -trimpath -p 4 -timeout 20m "$@" ./...
+step test env CGO_ENABLED=0 GOFLAGS="$(go env GOFLAGS) -trimpath" go test -count=1 -p 4 -timeout 20m "$@" ./...
 bg_wait race
 bg_wait cross
 bg_wait goreleaser quiet
