@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs leasectl's whole test suite against real PostgreSQL and PgBouncer,
 # installing them first when they are missing (Debian), and with the race
-# detector on the lease's packages beside it. Beside it all run the build and
+# detector on the lease's packages after. Beside it all run the build and
 # go vet of every release platform, this one included (scripts/cross.sh),
 # and the build of goreleaser: a failure of either fails the script, with
 # its output.
@@ -21,15 +21,16 @@ LEASECTL_GORELEASER_STATUS="$(bg_status goreleaser)"
 export LEASECTL_GORELEASER_STATUS
 bg_step cross bash scripts/cross.sh
 step packages ensure_packages test
-# The packages that hold the lease's concurrency, under the race detector,
-# beside the tests: both spend most of their time waiting on servers,
-# processes and timers, as do the four test binaries that run at once.
-# The tests build as releases are built (static, -trimpath), and so do
-# the leasectl binaries they build (the environment carries the flags), so
-# that those builds and the release builds of this platform
-# (scripts/cross.sh, goreleaser) find every package compiled.
-bg_step --no-nice race go test -count=1 -race ./locks ./lease/... ./probe ./supervisor
+# Four test binaries at a time: they spend most of their time waiting on
+# servers, processes and timers. The tests build as releases are built
+# (static, -trimpath), and so do the leasectl binaries they build (the
+# environment carries the flags), so that those builds and the release
+# builds of this platform (scripts/cross.sh, goreleaser) find every
+# package compiled.
 step test env CGO_ENABLED=0 GOFLAGS="$(go env GOFLAGS) -trimpath" go test -count=1 -p 4 -timeout 20m "$@" ./...
-bg_wait race
+# The packages that hold the lease's concurrency, under the race detector,
+# after the tests: beside them, on a fresh 2-core machine, the probe's
+# verdicts on pgpool-II and idle proxies timed out under the load.
+step race go test -count=1 -race ./locks ./lease/... ./probe ./supervisor
 bg_wait cross
 bg_wait goreleaser quiet
