@@ -112,7 +112,11 @@ func TestTermKeepsItsPromise(t *testing.T) {
 	// A resign of the ended term's epoch ends the wait.
 	cancel, done = startTerm(a, 8)
 	a.OnHeartbeat(time.Now().Add(time.Hour)) // a promise far ahead
-	get(t, srv.URL+"/v1/roles/poller", &again)
+	// The term begins in startTerm's goroutine: the promise is handed out
+	// only once an answer says it leads.
+	for get(t, srv.URL+"/v1/roles/poller", &again); !again.Leader || again.Epoch != 8; get(t, srv.URL+"/v1/roles/poller", &again) {
+		time.Sleep(time.Millisecond)
+	}
 	cancel()
 	for {
 		var after RoleState
