@@ -15,16 +15,13 @@ import (
 	"github.com/leasectl/leasectl/lease/leaseapi"
 	"github.com/leasectl/leasectl/test/leasetest"
 	"github.com/leasectl/leasectl/test/pgtest"
+	"github.com/leasectl/leasectl/test/runtimes"
 )
 
 // The client programs of docs/serve.md, each run as the page shows it with
 // its language's runtime (Debian's python3 with python3-psycopg, node with
 // node-postgres from the npm registry, ruby with ruby-pg, go) against a
 // real serve, writing through PgBouncer in transaction mode.
-
-// serveNodePg is the node-postgres the Node program runs with (as the
-// fencing programs' test in package lease).
-const serveNodePg = "8.23.1"
 
 // serveClient is one language's program of docs/serve.md.
 type serveClient struct {
@@ -34,18 +31,18 @@ type serveClient struct {
 
 var serveClients = []serveClient{
 	{"python", "python", "worker.py", func(t *testing.T, file string) *exec.Cmd {
-		return exec.Command(psycopgPython(t), file)
+		return exec.Command(runtimes.PsycopgPython(t), file)
 	}},
 	{"node", "js", "worker.mjs", func(t *testing.T, file string) *exec.Cmd {
-		linkNodePg(t, filepath.Dir(file))
-		return exec.Command(needTool(t, "node", "apt-get install nodejs"), file)
+		runtimes.LinkNodePg(t, filepath.Dir(file))
+		return exec.Command(runtimes.Need(t, "node", "apt-get install nodejs"), file)
 	}},
 	{"ruby", "ruby", "worker.rb", func(t *testing.T, file string) *exec.Cmd {
-		return exec.Command(needTool(t, "ruby", "apt-get install ruby-pg"), file)
+		return exec.Command(runtimes.Need(t, "ruby", "apt-get install ruby-pg"), file)
 	}},
 	{"go", "go", "worker.go", func(t *testing.T, file string) *exec.Cmd {
 		bin := strings.TrimSuffix(file, ".go")
-		build := exec.Command(needTool(t, "go", "https://go.dev/dl/"), "build", "-o", bin, file)
+		build := exec.Command(runtimes.Need(t, "go", "https://go.dev/dl/"), "build", "-o", bin, file)
 		build.Dir = ".." // the module's root
 		if out, err := build.CombinedOutput(); err != nil {
 			t.Fatalf("go build: %v\n%s", err, out)
@@ -176,66 +173,4 @@ func serveDocBlock(t *testing.T, lang string) string {
 		t.Fatalf("docs/serve.md has %d ```%s blocks that read LEASECTL_SERVE_URL, want 1", len(found), lang)
 	}
 	return found[0]
-}
-
-// needTool returns the path of a program that must be installed.
-func needTool(t *testing.T, name, install string) string {
-	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		t.Fatalf("%s is needed (%s): %v", name, install, err)
-	}
-	return path
-}
-
-// psycopgPython is a Python 3 with psycopg 3: Debian's /usr/bin/python3
-// (python3-psycopg) before whatever python3 PATH finds first.
-func psycopgPython(t *testing.T) string {
-	t.Helper()
-	candidates := []string{"/usr/bin/python3"}
-	if path, err := exec.LookPath("python3"); err == nil {
-		candidates = append(candidates, path)
-	}
-	for _, py := range candidates {
-		if exec.Command(py, "-c", "import psycopg").Run() == nil {
-			return py
-		}
-	}
-	t.Fatalf("no python3 with psycopg 3 (apt-get install python3-psycopg) among %v", candidates)
-	return ""
-}
-
-// linkNodePg makes node-postgres importable from dir: npm installs it once
-// into the user's cache directory (the place package lease's fencing test
-// uses too), and dir gets a node_modules link to it.
-func linkNodePg(t *testing.T, dir string) {
-	t.Helper()
-	npm := needTool(t, "npm", "apt-get install nodejs npm")
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := filepath.Join(cache, "leasectl-tests", "node-pg-"+serveNodePg)
-	if _, err := os.Stat(filepath.Join(prefix, "node_modules", "pg", "package.json")); err != nil {
-		if err := os.MkdirAll(filepath.Dir(prefix), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		tmp, err := os.MkdirTemp(filepath.Dir(prefix), "npm-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer os.RemoveAll(tmp)
-		cmd := exec.Command(npm, "install", "--no-audit", "--no-fund", "--prefix", tmp, "pg@"+serveNodePg)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm install pg@%s: %v\n%s", serveNodePg, err, out)
-		}
-		if err := os.Rename(tmp, prefix); err != nil {
-			if _, serr := os.Stat(filepath.Join(prefix, "node_modules", "pg", "package.json")); serr != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := os.Symlink(filepath.Join(prefix, "node_modules"), filepath.Join(dir, "node_modules")); err != nil {
-		t.Fatal(err)
-	}
 }

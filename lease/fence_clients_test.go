@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/leasectl/leasectl/test/pgtest"
+	"github.com/leasectl/leasectl/test/runtimes"
 )
 
 // The fencing tests of docs/fencing.md's and docs/lease-package.md's
@@ -22,9 +23,6 @@ import (
 // runtime that is missing fails the test: Debian's python3-psycopg and
 // ruby-pg, node and npm (which installs node-postgres from the npm registry
 // into the user's cache directory, once), and go.
-
-// nodePgVersion is the node-postgres the Node program runs with.
-const nodePgVersion = "8.23.1"
 
 // fenceJobs is how many jobs each run claims, one fenced transaction each.
 const fenceJobs = 50
@@ -109,20 +107,20 @@ var fenceDrivers = []fenceDriver{
 		name: "psycopg", lang: "python", file: "worker.py", marker: "leasectl.fence",
 		setting: ", prepare_threshold=None", prepares: true,
 		runner: func(t *testing.T, file string) *exec.Cmd {
-			return exec.Command(python3(t), "-c", pythonRunner, file)
+			return exec.Command(runtimes.PsycopgPython(t), "-c", pythonRunner, file)
 		},
 	},
 	{
 		name: "node-postgres", lang: "js", file: "worker.mjs", marker: "leasectl.fence",
 		runner: func(t *testing.T, file string) *exec.Cmd {
-			linkNodeModules(t, filepath.Dir(file))
-			return exec.Command(need(t, "node", "apt-get install nodejs"), "-e", nodeRunner, file)
+			runtimes.LinkNodePg(t, filepath.Dir(file))
+			return exec.Command(runtimes.Need(t, "node", "apt-get install nodejs"), "-e", nodeRunner, file)
 		},
 	},
 	{
 		name: "ruby-pg", lang: "ruby", file: "worker.rb", marker: "leasectl.fence",
 		runner: func(t *testing.T, file string) *exec.Cmd {
-			ruby := need(t, "ruby", "apt-get install ruby-pg")
+			ruby := runtimes.Need(t, "ruby", "apt-get install ruby-pg")
 			if out, err := exec.Command(ruby, "-e", `require "pg"`).CombinedOutput(); err != nil {
 				t.Fatalf("ruby cannot load pg (apt-get install ruby-pg): %v\n%s", err, out)
 			}
@@ -394,73 +392,11 @@ func writeProgram(t *testing.T, name, text string) string {
 	return file
 }
 
-// need returns the path of a program that must be installed.
-func need(t *testing.T, name, install string) string {
-	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		t.Fatalf("%s is needed (%s): %v", name, install, err)
-	}
-	return path
-}
-
-// python3 is a Python 3 that has psycopg 3: Debian's /usr/bin/python3 with
-// python3-psycopg before whatever python3 PATH finds first (a pyenv, say).
-func python3(t *testing.T) string {
-	t.Helper()
-	candidates := []string{"/usr/bin/python3"}
-	if path, err := exec.LookPath("python3"); err == nil {
-		candidates = append(candidates, path)
-	}
-	for _, py := range candidates {
-		if exec.Command(py, "-c", "import psycopg").Run() == nil {
-			return py
-		}
-	}
-	t.Fatalf("no python3 with psycopg 3 (apt-get install python3-psycopg) among %v", candidates)
-	return ""
-}
-
-// linkNodeModules makes node-postgres importable from dir: npm installs it
-// once into the user's cache directory, and dir gets a node_modules link
-// to it (an ES module's imports ignore NODE_PATH).
-func linkNodeModules(t *testing.T, dir string) {
-	t.Helper()
-	npm := need(t, "npm", "apt-get install nodejs npm")
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	prefix := filepath.Join(cache, "leasectl-tests", "node-pg-"+nodePgVersion)
-	if _, err := os.Stat(filepath.Join(prefix, "node_modules", "pg", "package.json")); err != nil {
-		if err := os.MkdirAll(filepath.Dir(prefix), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		tmp, err := os.MkdirTemp(filepath.Dir(prefix), "npm-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer os.RemoveAll(tmp)
-		cmd := exec.Command(npm, "install", "--no-audit", "--no-fund", "--prefix", tmp, "pg@"+nodePgVersion)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm install pg@%s: %v\n%s", nodePgVersion, err, out)
-		}
-		if err := os.Rename(tmp, prefix); err != nil {
-			if _, serr := os.Stat(filepath.Join(prefix, "node_modules", "pg", "package.json")); serr != nil {
-				t.Fatal(err) // not another test process that installed it first
-			}
-		}
-	}
-	if err := os.Symlink(filepath.Join(prefix, "node_modules"), filepath.Join(dir, "node_modules")); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // goBuild builds the Go program in file within this module, as a
 // developer's program that imports it would be built, and returns the binary.
 func goBuild(t *testing.T, file string) string {
 	t.Helper()
-	goTool := need(t, "go", "https://go.dev/dl/")
+	goTool := runtimes.Need(t, "go", "https://go.dev/dl/")
 	bin := strings.TrimSuffix(file, ".go")
 	cmd := exec.Command(goTool, "build", "-o", bin, file)
 	cmd.Dir = ".." // the module's root
