@@ -1,9 +1,19 @@
-// Package schedule is the start of leasectl's randomized fault schedule:
-// the checker that reads a recorded history (the fenced writes as the
-// database committed them, the role's terms from the term record, the
-// flock witness's working intervals, the faults injected) and says
-// whether every promise held, the way Jepsen's checkers read a history
-// rather than timings. The fleet and the seeded schedule that record such
-// a history are not written yet; the checker is tested on histories made
-// by hand.
+// Package schedule is leasectl's randomized fault schedule, the way
+// Jepsen tests databases: a fleet of real `leasectl run --fence` replicas
+// (three over a Procfile of four roles, two over a single role, one of
+// them in a network namespace) runs a worker per role that writes fenced
+// rows through PgBouncer in transaction mode and holds a flock witness,
+// while a seeded schedule injects the faults of production in
+// interleaving order (SIGKILLs, freezes below and past the term's
+// deadline, frozen programs, terminated sessions, PostgreSQL and
+// PgBouncer restarts and reloads, failovers, a partition, pauses). Then a
+// checker reads the recorded history, not timings: the committed writes
+// with their commit timestamps, the term record (`leasectl history`), the
+// workers' runs and the faults; it finds late writes, stale commits, an
+// inconsistent term record, overlaps not explained by a replica frozen
+// past its deadline, and roles not led at the end, and reports the
+// leaderless time after each kind of fault. The same seed draws the same
+// schedule. The checker (history.go) is tested on histories made by hand;
+// the schedule (Linux, root) runs in its bounded form in `go test ./...`,
+// and in full with `make chaos-schedule SEED=N DURATION=D`.
 package schedule

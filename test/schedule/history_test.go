@@ -20,7 +20,8 @@ func clean() History {
 			{"poller", 1, "a", at(100)}, {"poller", 1, "a", at(150)}, {"poller", 1, "a", at(200)},
 			{"poller", 2, "b", at(1050)}, {"poller", 2, "b", at(1100)},
 		},
-		Work:   []Work{{"poller", "a", at(10), at(210)}, {"poller", "b", at(1010), at(1200)}},
+		Work: []Work{{Role: "poller", Writer: "a/1", Replica: "a", From: at(10), To: at(210)},
+			{Role: "poller", Writer: "b/2", Replica: "b", From: at(1010), To: at(1200)}},
 		Faults: []Fault{{"sigkill", at(205)}, {"pause", at(1150)}},
 		Seed:   42,
 	}
@@ -78,14 +79,14 @@ func TestOverlapsAreSplitByFrozenReplicas(t *testing.T) {
 	if v.OK() || v.OverlapsUnexplained != 1 || v.OverlapsFrozen != 0 {
 		t.Fatalf("overlap: %+v", v)
 	}
-	h.Frozen = []Frozen{{"a", at(300), at(1300)}}
+	h.Frozen = []Frozen{{Replica: "a", From: at(300), To: at(1300)}}
 	v = Check(h)
 	if !v.OK() || v.OverlapsUnexplained != 0 || v.OverlapsFrozen != 1 {
 		t.Fatalf("overlap while a was frozen past its deadline: %+v", v)
 	}
 	// Another role's work never overlaps poller's.
 	h = clean()
-	h.Work = append(h.Work, Work{"sweeper", "c", at(0), at(5000)})
+	h.Work = append(h.Work, Work{Role: "sweeper", Writer: "c/3", Replica: "c", From: at(0), To: at(5000)})
 	if v := Check(h); v.OverlapsUnexplained != 0 {
 		t.Fatalf("roles mixed: %+v", v)
 	}
@@ -105,5 +106,48 @@ func TestReportEndsWithTheSummaryLine(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "sigkill") {
 		t.Errorf("no line for sigkill:\n%s", b.String())
+	}
+}
+
+// The witness's own sighting counts even when the clocks put the two runs
+// apart (a worker killed outright has only its last sign of life as its
+// end); a freeze of the other replica, or one after the overlap began,
+// explains nothing.
+func TestOverlapSeenByTheFlock(t *testing.T) {
+	h := clean()
+	h.Work[1].HeldBy = "a/1"
+	v := Check(h)
+	if v.OK() || v.OverlapsUnexplained != 1 {
+		t.Fatalf("the flock's overlap was not counted: %+v", v)
+	}
+	h.Frozen = []Frozen{{Replica: "b", From: at(300), To: at(1300)}, {Replica: "a", From: at(1100), To: at(1300)}}
+	if v := Check(h); v.OK() || v.OverlapsUnexplained != 1 || v.OverlapsFrozen != 0 {
+		t.Fatalf("an overlap was explained by the wrong freeze: %+v", v)
+	}
+}
+
+// A role whose last committed write is of an older term than its last:
+// not led at the end. So is one the run found wanting.
+func TestNotLedAtTheEnd(t *testing.T) {
+	h := clean()
+	h.Terms = append(h.Terms, Term{"poller", 3, at(1300)})
+	if v := Check(h); v.OK() || len(v.AtEnd) != 1 {
+		t.Fatalf("a role not led at the end passed: %+v", v)
+	}
+	h = clean()
+	h.AtEnd = []string{"poller: 2 programs"}
+	if v := Check(h); v.OK() {
+		t.Fatalf("a problem at the end passed: %+v", v)
+	}
+}
+
+// A gap is put down to the first fault injected during it, not a later
+// one that came while the role was still leaderless.
+func TestGapFollowsTheFirstFaultInIt(t *testing.T) {
+	h := clean()
+	h.Faults = append(h.Faults, Fault{"pause", at(600)})
+	v := Check(h)
+	if v.AfterFault != "sigkill" || v.ByKind["pause"].LeaderlessMax != 50*time.Millisecond {
+		t.Fatalf("gap after %q, pause's %s", v.AfterFault, v.ByKind["pause"].LeaderlessMax)
 	}
 }

@@ -1,0 +1,56 @@
+//go:build linux
+
+package schedule
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/leasectl/leasectl/internal/lab"
+	"github.com/leasectl/leasectl/test/pgtest"
+)
+
+// The bounded form (a fixed seed, 2 minutes) is what `go test ./...` runs;
+// `make chaos-schedule SEED=N DURATION=D` passes its own.
+var (
+	seedFlag     = flag.Int64("seed", 1, "the schedule's seed: the same seed draws the same faults, targets and delays")
+	durationFlag = flag.Duration("duration", 2*time.Minute, "how long the schedule injects faults, before its 20 s of calm")
+)
+
+// testLab starts only when the schedule runs, so that the checker's own
+// tests need no database. The lab server records commit timestamps: the
+// checker orders each role's writes by them.
+var testLab *pgtest.Lazy
+
+// ns is the network namespace the partitioned replica lives in, made
+// before the lab so that the primary can listen on its host address;
+// nsErr says why there is none (not root, no ip or nft).
+var (
+	ns    *Netns
+	nsErr error
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	settings := map[string]string{"track_commit_timestamp": "on"}
+	ns, nsErr = NewNetns()
+	if ns != nil {
+		settings["listen_addresses"] = "'127.0.0.1," + ns.HostAddr + "'"
+	}
+	testLab = pgtest.NewLazy(lab.Options{
+		Poolers:  []lab.PoolerSpec{{Name: "transaction", Mode: lab.Transaction, PoolSize: 20}},
+		Settings: settings,
+		HBA:      []string{HBA},
+	})
+	code := pgtest.RunMainLazy(m, testLab)
+	if ns != nil {
+		if err := ns.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "remove the network namespace:", err)
+			code = max(code, 1)
+		}
+	}
+	os.Exit(code)
+}
