@@ -439,8 +439,10 @@ type workerEvent struct {
 type workerRun struct {
 	Work
 	pid     int
+	epoch   string
 	stopped bool // it logged its stop
 	refused int
+	fails   []string // its failed writes other than refusals, one per change of error
 }
 
 // runs reads every worker's event file.
@@ -464,10 +466,12 @@ func (f *fleet) runs() ([]workerRun, error) {
 			}
 			switch ev.Ev {
 			case "start":
-				r.Role, r.Replica, r.pid, r.From, r.HeldBy = ev.Role, ev.Replica, ev.PID, ev.T, ev.HeldBy
+				r.Role, r.Replica, r.pid, r.From, r.HeldBy, r.epoch = ev.Role, ev.Replica, ev.PID, ev.T, ev.HeldBy, ev.Epoch
 				r.Writer = fmt.Sprintf("%s/%d", ev.Replica, ev.PID)
 			case "refused":
 				r.refused++
+			case "fail":
+				r.fails = append(r.fails, ev.T.UTC().Format(stamp)+" "+ev.Detail)
 			case "stop":
 				r.stopped = true
 			}

@@ -41,7 +41,12 @@ func TestMain(m *testing.M) {
 		settings["listen_addresses"] = "'127.0.0.1," + ns.HostAddr + "'"
 	}
 	testLab = pgtest.NewLazy(lab.Options{
-		Poolers:  []lab.PoolerSpec{{Name: "transaction", Mode: lab.Transaction, PoolSize: 20}},
+		// server_login_retry: PgBouncer waits this long after a failed
+		// server login (15 s by default) before it tries again, and its
+		// clients wait with it; after a restart that wait, not the
+		// lease, would be the workers' leaderless time.
+		Poolers: []lab.PoolerSpec{{Name: "transaction", Mode: lab.Transaction, PoolSize: 20,
+			Settings: map[string]string{"server_login_retry": "1"}}},
 		Settings: settings,
 		HBA:      []string{HBA},
 	})

@@ -183,7 +183,15 @@ func (r *runner) apply(s step) {
 			r.release(s.Slot)
 		})
 	case freezeProgram:
-		progs := f.programsOf(target)
+		// The target, or else the next replica that runs a program.
+		var progs []int
+		for k := range slots {
+			if target = f.replicaAt((s.Slot + k) % slots); len(f.programsOf(target)) > 0 {
+				s.Slot = (s.Slot + k) % slots
+				progs = f.programsOf(target)
+				break
+			}
+		}
 		if len(progs) == 0 || !r.claim(s.Slot) {
 			r.logf("%s %s skipped: no program, or frozen or cut already", s.Kind, target.name)
 			return
@@ -276,6 +284,17 @@ func (r *runner) leasectlLater(what string, then func(), args ...string) {
 			then()
 		}
 	}()
+}
+
+// firstLast shows the first and the last of a worker's failures.
+func firstLast(fails []string) string {
+	switch len(fails) {
+	case 0:
+		return ""
+	case 1:
+		return "[" + fails[0] + "]"
+	}
+	return "[" + fails[0] + " … " + fails[len(fails)-1] + "]"
 }
 
 func exitCode(err error) string {
@@ -410,9 +429,17 @@ func TestSchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	committed := map[string]int{}
+	for _, w := range h.Writes {
+		committed[w.Writer]++
+	}
+	slices.SortFunc(runs, func(a, b workerRun) int { return a.From.Compare(b.From) })
 	for _, x := range runs {
 		h.Work = append(h.Work, x.Work)
 		h.Refused += x.refused
+		// What each worker did, for reading a failing run or a long gap.
+		t.Logf("worker %s %s epoch %s %s – %s stopped=%t committed=%d refused=%d failures=%d %s", x.Role, x.Writer, x.epoch,
+			x.From.UTC().Format(stamp), x.To.UTC().Format(stamp), x.stopped, committed[x.Writer], x.refused, len(x.fails), firstLast(x.fails))
 	}
 
 	v := Check(h)

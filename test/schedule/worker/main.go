@@ -31,7 +31,7 @@ import (
 // event is one line of the worker's event file (the test's fleet reads
 // them; keep the two in step).
 type event struct {
-	Ev      string    `json:"ev"` // start, alive, refused, term, stop, fail
+	Ev      string    `json:"ev"` // start, alive, refused, fail (a write failed otherwise), ok (writes again), term, stop
 	T       time.Time `json:"t"`
 	Role    string    `json:"role,omitempty"`
 	Replica string    `json:"replica,omitempty"`
@@ -131,6 +131,15 @@ func writeLoop(rec *recorder, dsn, token, role, epoch, writer string, lock *os.F
 	ep, _ := strconv.ParseInt(epoch, 10, 64)
 	var conn *pgx.Conn
 	var seq int64
+	// lastErr: a failure is recorded when it differs from the one before,
+	// not on every 50 ms retry.
+	lastErr := ""
+	failed := func(err error) {
+		if msg := err.Error(); msg != lastErr {
+			rec.add(event{Ev: "fail", Detail: msg})
+			lastErr = msg
+		}
+	}
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -150,6 +159,7 @@ func writeLoop(rec *recorder, dsn, token, role, epoch, writer string, lock *os.F
 			// DSN bounds the connect.
 			c, err := pgx.Connect(context.Background(), dsn)
 			if err != nil {
+				failed(err)
 				continue
 			}
 			conn = c
@@ -159,9 +169,14 @@ func writeLoop(rec *recorder, dsn, token, role, epoch, writer string, lock *os.F
 		var pgErr *pgconn.PgError
 		switch {
 		case err == nil:
+			if lastErr != "" {
+				rec.add(event{Ev: "ok"})
+				lastErr = ""
+			}
 		case errors.As(err, &pgErr) && pgErr.Code == "LF001":
 			rec.add(event{Ev: "refused", Detail: pgErr.Message})
 		default:
+			failed(err)
 			_ = conn.Close(context.Background())
 			conn = nil
 		}
