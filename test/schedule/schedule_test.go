@@ -368,6 +368,9 @@ func TestSchedule(t *testing.T) {
 	f := newFleet(t, l)
 	f.relay(ns)
 	r := &runner{t: t, f: f}
+	// Before the fleet's teardown (cleanups run last first): the thaws,
+	// heals and failovers still pending end, and log, within the test.
+	t.Cleanup(r.pend.Wait)
 	ctx := context.Background()
 
 	if out, err := exec.Command(f.leasectl, "fence", "init", "--dsn", f.directDSN).CombinedOutput(); err != nil {
