@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command worker is the program the randomized fault schedule runs under
 // each role's lease (`leasectl run --fence`): every ~50 ms it writes one
 // row in a fenced transaction (SELECT leasectl.fence(token), then an
