@@ -222,7 +222,9 @@ func (r *runner) apply(s step) {
 		if err != nil {
 			r.t.Fatalf("%s: %v", s.Kind, err)
 		}
-		r.logf("%s", s.Kind)
+		// The server is down this long: every role's leaderless time
+		// after it includes it.
+		r.logf("%s (the restart took %s)", s.Kind, time.Since(now).Round(time.Millisecond))
 	case poolerReload:
 		r.record(s.Kind, now)
 		if err := f.lab.ReconfigurePooler("transaction", func(*lab.PoolerSpec) {}); err != nil {
@@ -234,7 +236,7 @@ func (r *runner) apply(s step) {
 		if err := restartPooler(f.lab); err != nil {
 			r.t.Fatalf("%s: %v", s.Kind, err)
 		}
-		r.logf("%s", s.Kind)
+		r.logf("%s (the restart took %s)", s.Kind, time.Since(now).Round(time.Millisecond))
 	case failoverRole:
 		r.record(s.Kind, now)
 		r.leasectlLater(s.Kind+" "+s.Role, nil, "failover", s.Role, "--yes")
