@@ -109,6 +109,8 @@ type Verdict struct {
 type KindStats struct {
 	Count         int
 	LeaderlessMax time.Duration
+	// Gap is that longest gap's last write before and first after.
+	Gap [2]Write
 }
 
 // OK reports whether the history keeps every promise: no late write, no
@@ -212,7 +214,9 @@ func Check(h History) Verdict {
 		if j >= 0 {
 			kind = faults[j].Kind
 			s := v.ByKind[kind]
-			s.LeaderlessMax = max(s.LeaderlessMax, gap)
+			if gap > s.LeaderlessMax {
+				s.LeaderlessMax, s.Gap = gap, [2]Write{prev, w}
+			}
 			v.ByKind[kind] = s
 		}
 		if gap > v.LeaderlessMax {
@@ -276,10 +280,14 @@ func (v Verdict) Report(w io.Writer, h History) error {
 	}
 	slices.Sort(kinds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "FAULT\tCOUNT\tLEADERLESS MAX AFTER")
+	fmt.Fprintln(tw, "FAULT\tCOUNT\tLEADERLESS MAX AFTER\tTHAT GAP")
 	for _, k := range kinds {
 		s := v.ByKind[k]
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", k, s.Count, s.LeaderlessMax.Round(time.Millisecond))
+		gap := ""
+		if a, b := s.Gap[0], s.Gap[1]; a.Role != "" {
+			gap = fmt.Sprintf("%s epoch %d at %s, then %d at %s", a.Role, a.Epoch, a.Commit.UTC().Format(stamp), b.Epoch, b.Commit.UTC().Format(stamp))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", k, s.Count, s.LeaderlessMax.Round(time.Millisecond), gap)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
