@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/lab"
+	"github.com/leasectl/leasectl/internal/timing"
 	"github.com/leasectl/leasectl/test/leasetest"
 )
 
@@ -41,13 +42,15 @@ const (
 	hang = 60 * time.Second
 )
 
-// shortFlags are the fault suite's short timings: a frozen leader's term
-// reaches its deadline 8 s after its last renewal
+// shortFlags are fleetTiming's: the fault suite's short timings, whose
+// term deadline is 8 s after the last renewal
 // (timing.Lease.TermDeadline: 2 + 1 + (2 + 2) + 1).
-var shortFlags = []string{"--heartbeat-interval", "2s", "--heartbeat-timeout", "1s", "--grace", "2s"}
-
-// termDeadline is the term deadline of shortFlags.
-const termDeadline = 8 * time.Second
+var shortFlags = []string{
+	"--heartbeat-interval", fleetTiming.Lease.HeartbeatInterval.String(),
+	"--heartbeat-timeout", fleetTiming.Lease.HeartbeatTimeout.String(),
+	"--grace", (fleetTiming.Lease.StopTimeout - timing.KillReap).String(),
+	"--retry-interval", fleetTiming.Retry.String(),
+}
 
 func groupRole(i int) string { return fmt.Sprintf("g%d", i+1) }
 

@@ -22,8 +22,9 @@ func clean() History {
 		},
 		Work: []Work{{Role: "poller", Writer: "a/1", Replica: "a", From: at(10), To: at(210)},
 			{Role: "poller", Writer: "b/2", Replica: "b", From: at(1010), To: at(1200)}},
-		Faults: []Fault{{"sigkill", at(205)}, {"pause", at(1150)}},
+		Faults: []Fault{{Kind: "sigkill", At: at(205)}, {Kind: "pause", At: at(1150)}},
 		Seed:   42,
+		Timing: fleetTiming,
 	}
 }
 
@@ -32,10 +33,10 @@ func TestCleanHistoryPasses(t *testing.T) {
 	if !v.OK() || v.OverlapsFrozen != 0 {
 		t.Fatalf("a clean history failed: %+v", v)
 	}
-	if v.LeaderlessMax != 850*time.Millisecond || v.AfterFault != "sigkill" {
-		t.Errorf("leaderless %s after %q, want 850ms after sigkill", v.LeaderlessMax, v.AfterFault)
+	if v.Longest.Length() != 850*time.Millisecond || v.Longest.Cause != "sigkill" || len(v.OverBound) != 0 {
+		t.Errorf("leaderless %s after %q (%d past their bound), want 850ms after sigkill", v.Longest.Length(), v.Longest.Cause, len(v.OverBound))
 	}
-	if s := v.ByKind["sigkill"]; s.Count != 1 || s.LeaderlessMax != 850*time.Millisecond {
+	if s := v.ByKind["sigkill"]; s.Count != 1 || s.Longest.Length() != 850*time.Millisecond {
 		t.Errorf("sigkill stats %+v", s)
 	}
 }
@@ -145,9 +146,73 @@ func TestNotLedAtTheEnd(t *testing.T) {
 // one that came while the role was still leaderless.
 func TestGapFollowsTheFirstFaultInIt(t *testing.T) {
 	h := clean()
-	h.Faults = append(h.Faults, Fault{"pause", at(600)})
+	h.Faults = append(h.Faults, Fault{Kind: "pause", At: at(600)})
 	v := Check(h)
-	if v.AfterFault != "sigkill" || v.ByKind["pause"].LeaderlessMax != 50*time.Millisecond {
-		t.Fatalf("gap after %q, pause's %s", v.AfterFault, v.ByKind["pause"].LeaderlessMax)
+	if v.Longest.Cause != "sigkill" || v.ByKind["pause"].Longest.Length() != 50*time.Millisecond {
+		t.Fatalf("gap after %q, pause's %s", v.Longest.Cause, v.ByKind["pause"].Longest.Length())
+	}
+}
+
+// gapHistory is poller led by a until 1 s, then by b from end: one gap.
+func gapHistory(end int, faults ...Fault) History {
+	return History{
+		Terms:  []Term{{"poller", 1, at(0)}, {"poller", 2, at(end - 50)}},
+		Writes: []Write{{"poller", 1, "a", at(1000)}, {"poller", 2, "b", at(end)}},
+		Faults: faults, Timing: fleetTiming, Seed: 1,
+	}
+}
+
+// Each fault reaches as far as the lease's documented behaviour takes it:
+// a gap within that reach is its; one past it is over its bound, put down
+// to the fault whose reach ran out, from the moment it did.
+func TestGapsAreHeldToTheirFaultsBounds(t *testing.T) {
+	tm := fleetTiming
+	restart := Fault{Kind: "restart-fast", At: at(1100), Until: at(3000)}
+	upTo := 3000 + int((tm.Retry + tm.PoolerRetry + tm.Start).Milliseconds())
+	evicted := int((tm.Evicted() + tm.Start).Milliseconds())
+	for _, c := range []struct {
+		name  string
+		h     History
+		cause string
+		over  bool
+		uncov int // ms, when over
+	}{
+		{"a restart, writes back within its reach", gapHistory(upTo, restart), "restart-fast", false, 0},
+		{"a restart, writes back past its reach", gapHistory(upTo+500, restart), "restart-fast", true, upTo},
+		{"a SIGKILL reaches Start", gapHistory(2040, Fault{Kind: "sigkill", At: at(1050)}), "sigkill", false, 0},
+		{"a SIGKILL does not explain 3 s", gapHistory(4000, Fault{Kind: "sigkill", At: at(1050)}), "sigkill", true, 2050},
+		{"a partition reaches eviction, whenever it heals",
+			gapHistory(1100+evicted, Fault{Kind: "partition", At: at(1100), Until: at(4000)}), "partition", false, 0},
+		{"a SIGKILL then a partition: the partition's reach covers it",
+			gapHistory(9000, Fault{Kind: "sigkill", At: at(1050)}, Fault{Kind: "partition", At: at(1900), Until: at(2500)}), "partition", false, 0},
+		{"a hole between two faults' reach",
+			gapHistory(9000, Fault{Kind: "sigkill", At: at(1050)}, Fault{Kind: "freeze-program", At: at(4000), Until: at(8500)}), "sigkill", true, 2050},
+		{"a pause explains nothing", gapHistory(4000, Fault{Kind: "pause", At: at(1100)}), "pause", true, 2000},
+		{"no fault at all", gapHistory(4000), "", true, 2000},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			v := Check(c.h)
+			if !v.OK() {
+				t.Fatalf("failed otherwise: %+v", v)
+			}
+			if v.Longest.Cause != c.cause || (len(v.OverBound) == 1) != c.over {
+				t.Fatalf("cause %q, %d past their bound; want %q, past: %t", v.Longest.Cause, len(v.OverBound), c.cause, c.over)
+			}
+			if c.over {
+				if g := v.OverBound[0]; !g.Uncovered.Equal(at(c.uncov)) {
+					t.Errorf("uncovered from %s, want %s", g.Uncovered.Format(stamp), at(c.uncov).Format(stamp))
+				}
+				if c.cause != "" && v.ByKind[c.cause].OverBound != 1 {
+					t.Errorf("%s's line counts %d past their bound", c.cause, v.ByKind[c.cause].OverBound)
+				}
+				var b bytes.Buffer
+				if err := v.Report(&b, c.h); err != nil {
+					t.Fatal(err)
+				}
+				if !strings.Contains(b.String(), "leaderless gaps past their bound: 1\n") {
+					t.Errorf("report:\n%s", b.String())
+				}
+			}
+		})
 	}
 }

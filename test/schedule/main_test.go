@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ func TestMain(m *testing.M) {
 		// clients wait with it; after a restart that wait, not the
 		// lease, would be the workers' leaderless time.
 		Poolers: []lab.PoolerSpec{{Name: "transaction", Mode: lab.Transaction, PoolSize: 20,
-			Settings: map[string]string{"server_login_retry": "1"}}},
+			Settings: map[string]string{"server_login_retry": strconv.Itoa(int(fleetTiming.PoolerRetry.Seconds()))}}},
 		Settings: settings,
 		HBA:      []string{HBA},
 	})

@@ -121,10 +121,18 @@ func (r *runner) logf(format string, args ...any) {
 	r.t.Logf("%s "+format, append([]any{time.Now().Format("15:04:05.000")}, args...)...)
 }
 
-func (r *runner) record(kind string, at time.Time) {
+// record notes a fault injected at at; the function it returns notes that
+// its cause is gone (Fault.Until), for one that lasts.
+func (r *runner) record(kind string, at time.Time) (over func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	i := len(r.faults)
 	r.faults = append(r.faults, Fault{Kind: kind, At: at})
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.faults[i].Until = time.Now()
+	}
 }
 
 // claim marks slot busy, unless it is already.
@@ -170,11 +178,12 @@ func (r *runner) apply(s step) {
 			return
 		}
 		all := s.Kind == freezePast
-		r.record(s.Kind, now)
+		over := r.record(s.Kind, now)
 		f.freeze(target, all)
 		r.logf("%s %s for %s", s.Kind, target.name, s.Hold)
 		r.later(s.Hold, func() {
 			f.thaw(target, all)
+			over()
 			if all {
 				r.mu.Lock()
 				r.frozen = append(r.frozen, Frozen{Replica: target.name, From: now, To: time.Now()})
@@ -196,7 +205,7 @@ func (r *runner) apply(s step) {
 			r.logf("%s %s skipped: no program, or frozen or cut already", s.Kind, target.name)
 			return
 		}
-		r.record(s.Kind, now)
+		over := r.record(s.Kind, now)
 		for _, p := range progs {
 			_ = syscall.Kill(p, syscall.SIGSTOP)
 		}
@@ -207,6 +216,7 @@ func (r *runner) apply(s step) {
 					_ = syscall.Kill(p, syscall.SIGCONT)
 				}
 			}
+			over()
 			r.release(s.Slot)
 		})
 	case terminateByName:
@@ -214,7 +224,7 @@ func (r *runner) apply(s step) {
 		n, err := r.admin(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE $1 AND pid <> pg_backend_pid()`, f.prefix+"%")
 		r.logf("%s: %d sessions (%v)", s.Kind, n, err)
 	case restartFast, restartImmediate:
-		r.record(s.Kind, now)
+		over := r.record(s.Kind, now)
 		mode := strings.TrimPrefix(s.Kind, "restart-")
 		ctx, cancel := context.WithTimeout(context.Background(), hang)
 		err := f.lab.RestartPrimary(ctx, mode)
@@ -222,27 +232,31 @@ func (r *runner) apply(s step) {
 		if err != nil {
 			r.t.Fatalf("%s: %v", s.Kind, err)
 		}
+		over()
 		// The server is down this long: every role's leaderless time
 		// after it includes it.
 		r.logf("%s (the restart took %s)", s.Kind, time.Since(now).Round(time.Millisecond))
 	case poolerReload:
-		r.record(s.Kind, now)
+		over := r.record(s.Kind, now)
 		if err := f.lab.ReconfigurePooler("transaction", func(*lab.PoolerSpec) {}); err != nil {
 			r.t.Fatalf("%s: %v", s.Kind, err)
 		}
+		over()
 		r.logf("%s", s.Kind)
 	case poolerRestart:
-		r.record(s.Kind, now)
+		over := r.record(s.Kind, now)
 		if err := restartPooler(f.lab); err != nil {
 			r.t.Fatalf("%s: %v", s.Kind, err)
 		}
+		over()
 		r.logf("%s (the restart took %s)", s.Kind, time.Since(now).Round(time.Millisecond))
 	case failoverRole:
-		r.record(s.Kind, now)
-		r.leasectlLater(s.Kind+" "+s.Role, nil, "failover", s.Role, "--yes")
+		over := r.record(s.Kind, now)
+		r.leasectlLater(s.Kind+" "+s.Role, over, "failover", s.Role, "--yes")
 	case failoverReplica:
-		r.record(s.Kind, now)
+		over := r.record(s.Kind, now)
 		r.leasectlLater(s.Kind+" "+target.name, func() {
+			over()
 			time.Sleep(s.Hold)
 			if next := f.restart(s.Slot, target); next != nil {
 				r.logf("%s restarted after its drain: %s", target.name, next.name)
@@ -253,7 +267,7 @@ func (r *runner) apply(s step) {
 			r.logf("%s %s skipped: frozen or cut already", s.Kind, target.name)
 			return
 		}
-		r.record(s.Kind, now)
+		over := r.record(s.Kind, now)
 		if err := ns.Cut(); err != nil {
 			r.t.Fatalf("%s: %v", s.Kind, err)
 		}
@@ -262,6 +276,7 @@ func (r *runner) apply(s step) {
 			if err := ns.Heal(); err != nil {
 				r.t.Errorf("heal the partition: %v", err)
 			}
+			over()
 			r.release(s.Slot)
 		})
 	case pause:
@@ -420,7 +435,7 @@ func TestSchedule(t *testing.T) {
 		return len(atEnd) == 0, strings.Join(atEnd, "; ")
 	})
 
-	h := History{Seed: seed, Faults: r.faults, Frozen: r.frozen, AtEnd: atEnd}
+	h := History{Seed: seed, Faults: r.faults, Frozen: r.frozen, AtEnd: atEnd, Timing: fleetTiming}
 	h.Writes, h.Terms = r.recorded()
 	f.teardown()
 	r.waitFor("no leasectl, obituary or worker left after teardown", func() (bool, string) {
