@@ -49,11 +49,14 @@ chaos:
 # The randomized fault schedule (test/schedule) with its history checker;
 # `go test ./...` runs its bounded form (seed 1, 2 minutes). A failing
 # seed reruns the same schedule: make chaos-schedule SEED=N. Needs root.
-SEED ?= $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+ifeq ($(origin SEED),undefined)
+SEED := $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+endif
 DURATION ?= 30m
+HISTORY ?= $(or $(TMPDIR),/tmp)/leasectl-schedule-$(SEED).json
 chaos-schedule:
 	bash -c '. scripts/lib.sh && ensure_deps test'
-	go test ./test/schedule -run TestSchedule -count=1 -v -timeout 3h -args -seed $(SEED) -duration $(DURATION)
+	go test ./test/schedule -run TestSchedule -count=1 -v -timeout 3h -args -seed $(SEED) -duration $(DURATION) -history $(HISTORY)
 
 # goreleaser, pinned: installed with go install when missing (the Go module
 # proxy once; it works offline afterwards).

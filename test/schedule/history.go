@@ -103,53 +103,67 @@ func (t Timing) Evicted() time.Duration {
 	return max(l.TermDeadline(), l.Stopped()+l.HeartbeatInterval)
 }
 
-// Reach is the end of the time a fault may leave a role leaderless, by the
-// documented behaviour of the lease: past it, a gap it began is not its.
-func (t Timing) Reach(f Fault) time.Time {
-	fromEnd, d := t.bound(f.Kind)
-	if fromEnd && !f.Until.IsZero() {
-		return f.Until.Add(d)
+// Reach is the end of the time a fault may leave a role leaderless in a
+// gap that began at gapStart, by the documented behaviour of the lease:
+// past it, the gap is not the fault's.
+func (t Timing) Reach(f Fault, gapStart time.Time) time.Time {
+	end := f.Until
+	if end.IsZero() {
+		end = f.At
 	}
-	return f.At.Add(d)
-}
-
-// Bound says how far a fault of kind reaches (Reach), for the report:
-// "at+10s" after it was injected, or "end+1s" after its cause was gone.
-func (t Timing) Bound(kind string) string {
-	fromEnd, d := t.bound(kind)
-	if fromEnd {
-		return "end+" + d.String()
-	}
-	return "at+" + d.String()
-}
-
-// bound is how long a fault of kind may leave a role leaderless: d after
-// its cause was gone (fromEnd: a thaw, a heal, a restart's server or
-// pooler back up, a failover's return) or after it was injected.
-func (t Timing) bound(kind string) (fromEnd bool, d time.Duration) {
-	switch kind {
+	switch f.Kind {
 	case "pause":
-		return false, 0 // nothing was done
+		return f.At // nothing was done
 	case "freeze-past", "partition":
-		// A frozen or cut-off leader is replaced once evicted, whenever
-		// the freeze or the cut ends: a cut that heals before leaves the
-		// next leader waiting for the old term's deadline all the same.
-		return false, t.Evicted() + t.Start
+		// A frozen or cut-off replica that leads, or that the server
+		// granted the key while it was frozen or cut off (later: when the
+		// gap began), is evicted Evicted after; a frozen one that thaws
+		// before leads on. A cut that heals before still leaves the next
+		// leader waiting for the old term's deadline.
+		evicted := later(f.At, gapStart).Add(t.Evicted())
+		if f.Kind == "freeze-past" && !f.Until.IsZero() && f.Until.Before(evicted) {
+			evicted = f.Until
+		}
+		return evicted.Add(t.Start)
 	case "freeze-leasectl", "terminate-sessions":
 		// The leader found its sessions gone (or its renewal late): it
 		// stops its program, reconnects and records the term's end.
-		return true, t.Lease.StopTimeout + t.Start
+		return end.Add(t.Lease.StopTimeout + t.Start)
 	case "restart-fast", "restart-immediate":
 		// Once the server is back: every lease's next reconnect (its
 		// backoff has grown up to Retry) and the pooler's next login.
-		return true, t.Retry + t.PoolerRetry + t.Start
+		return end.Add(t.Retry + t.PoolerRetry + t.Start)
 	case "pooler-restart":
-		return true, t.PoolerRetry + t.Start
+		return end.Add(t.PoolerRetry + t.Start)
+	case "failover-role", "failover-replica":
+		// The next stand-by takes the key the moment the holder's session
+		// ends: a longer handover is another fault's (a frozen stand-by's).
+		return f.At.Add(t.Start)
 	}
 	// sigkill (the key passes as the process dies), freeze-program (the
-	// program writes again once thawed), pooler-reload, and failovers
-	// (the command returns once the next leader holds the key).
-	return true, t.Start
+	// program writes again once thawed), pooler-reload.
+	return end.Add(t.Start)
+}
+
+// Bound says how far a fault of kind reaches (Reach), for the report.
+func (t Timing) Bound(kind string) string {
+	switch kind {
+	case "pause":
+		return "none"
+	case "freeze-past":
+		return fmt.Sprintf("at+%s|thaw+%s", t.Evicted()+t.Start, t.Start)
+	case "partition":
+		return fmt.Sprintf("at+%s", t.Evicted()+t.Start)
+	case "freeze-leasectl", "terminate-sessions":
+		return fmt.Sprintf("end+%s", t.Lease.StopTimeout+t.Start)
+	case "restart-fast", "restart-immediate":
+		return fmt.Sprintf("up+%s", t.Retry+t.PoolerRetry+t.Start)
+	case "pooler-restart":
+		return fmt.Sprintf("up+%s", t.PoolerRetry+t.Start)
+	case "failover-role", "failover-replica":
+		return fmt.Sprintf("at+%s", t.Start)
+	}
+	return fmt.Sprintf("end+%s", t.Start)
 }
 
 // Gap is a role's leaderless time: the last committed write before it and
@@ -376,7 +390,7 @@ func (h History) gap(faults []Fault, prev, next Write) Gap {
 		if !cursor.Before(b) || !f.At.Before(b) {
 			break
 		}
-		reach := h.Timing.Reach(*f)
+		reach := h.Timing.Reach(*f, a)
 		if !reach.After(cursor) {
 			continue // over before the gap's quiet start, or a pause
 		}

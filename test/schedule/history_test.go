@@ -187,6 +187,12 @@ func TestGapsAreHeldToTheirFaultsBounds(t *testing.T) {
 			gapHistory(9000, Fault{Kind: "sigkill", At: at(1050)}, Fault{Kind: "partition", At: at(1900), Until: at(2500)}), "partition", false, 0},
 		{"a hole between two faults' reach",
 			gapHistory(9000, Fault{Kind: "sigkill", At: at(1050)}, Fault{Kind: "freeze-program", At: at(4000), Until: at(8500)}), "sigkill", true, 2050},
+		{"a stand-by frozen before the gap, granted the key as it began: evicted from then",
+			gapHistory(1000+evicted, Fault{Kind: "freeze-past", At: at(-3000), Until: at(12000)}), "freeze-past", false, 0},
+		{"a frozen leader thawed before its eviction leads on",
+			gapHistory(6000, Fault{Kind: "freeze-past", At: at(1010), Until: at(4000)}), "freeze-past", true, 5000},
+		{"a failover is over in Start, however long its command waited",
+			gapHistory(6000, Fault{Kind: "failover-role", At: at(1010), Until: at(5900)}), "failover-role", true, 2010},
 		{"a pause explains nothing", gapHistory(4000, Fault{Kind: "pause", At: at(1100)}), "pause", true, 2000},
 		{"no fault at all", gapHistory(4000), "", true, 2000},
 	} {

@@ -19,6 +19,7 @@ import (
 var (
 	seedFlag     = flag.Int64("seed", 1, "the schedule's seed: the same seed draws the same faults, targets and delays")
 	durationFlag = flag.Duration("duration", 2*time.Minute, "how long the schedule injects faults, before its 20 s of calm")
+	historyFlag  = flag.String("history", "", "write the recorded history to this file, as JSON (go run ./test/schedule/recheck FILE checks it again)")
 )
 
 // testLab starts only when the schedule runs, so that the checker's own

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 
 	"os/exec"
 	"slices"
@@ -462,6 +463,17 @@ func TestSchedule(t *testing.T) {
 			x.From.UTC().Format(stamp), x.To.UTC().Format(stamp), x.stopped, committed[x.Writer], x.refused, len(x.fails), firstLast(x.fails))
 	}
 
+	if *historyFlag != "" {
+		js, err := json.MarshalIndent(h, "", " ")
+		if err == nil {
+			err = os.WriteFile(*historyFlag, js, 0o644)
+		}
+		if err != nil {
+			t.Errorf("write the history: %v", err)
+		} else {
+			fmt.Printf("history written to %s (go run ./test/schedule/recheck %s checks it again)\n", *historyFlag, *historyFlag)
+		}
+	}
 	v := Check(h)
 	var b strings.Builder
 	if err := v.Report(&b, h); err != nil {
