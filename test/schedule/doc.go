@@ -11,9 +11,11 @@
 // with their commit timestamps, the term record (`leasectl history`), the
 // workers' runs and the faults; it finds late writes, stale commits, an
 // inconsistent term record, overlaps not explained by a replica frozen
-// past its deadline, and roles not led at the end, and reports the
-// leaderless time after each kind of fault. The same seed draws the same
+// past its deadline, and roles not led at the end, and holds each
+// leaderless gap to the bound its faults' documented timings give. The same seed draws the same
 // schedule. The checker (history.go) is tested on histories made by hand;
 // the schedule (Linux, root) runs in its bounded form in `go test ./...`,
-// and in full with `make chaos-schedule SEED=N DURATION=D`.
+// and in full with `make chaos-schedule SEED=N DURATION=D`, which writes
+// the history it checked; `go run ./test/schedule/recheck FILE` checks a
+// written history again.
 package schedule

@@ -272,6 +272,20 @@ func (f *fleet) start(i int) *replica {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	r := &replica{slot: i, name: name, cmd: cmd, log: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stderr = r.log
+	if *historyFlag != "" {
+		// Beside the history, each replica's log, to read a long gap by.
+		dir := *historyFlag + ".logs"
+		err := os.MkdirAll(dir, 0o755)
+		var lf *os.File
+		if err == nil {
+			lf, err = os.Create(filepath.Join(dir, name+".log"))
+		}
+		if err != nil {
+			f.t.Fatalf("the replica's log beside the history: %v", err)
+		}
+		f.t.Cleanup(func() { _ = lf.Close() })
+		cmd.Stderr = io.MultiWriter(r.log, lf)
+	}
 	if err := cmd.Start(); err != nil {
 		f.t.Fatal(err)
 	}
