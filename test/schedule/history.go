@@ -62,6 +62,8 @@ type Frozen struct {
 type Fault struct {
 	Kind      string
 	At, Until time.Time
+	// Replica is the replica a freeze, a partition or a SIGKILL targeted.
+	Replica string
 }
 
 // Timing is what the fleet ran with, from which each fault's bound on
@@ -104,9 +106,10 @@ func (t Timing) Evicted() time.Duration {
 }
 
 // Reach is the end of the time a fault may leave a role leaderless in a
-// gap that began at gapStart, by the documented behaviour of the lease:
-// past it, the gap is not the fault's.
-func (t Timing) Reach(f Fault, gapStart time.Time) time.Time {
+// gap that began at gapStart, after the last write of leader (a replica's
+// name), by the documented behaviour of the lease: past it, the gap is not
+// the fault's.
+func (t Timing) Reach(f Fault, gapStart time.Time, leader string) time.Time {
 	end := f.Until
 	if end.IsZero() {
 		end = f.At
@@ -115,6 +118,13 @@ func (t Timing) Reach(f Fault, gapStart time.Time) time.Time {
 	case "pause":
 		return f.At // nothing was done
 	case "freeze-past", "partition":
+		if f.Replica != "" && f.Replica != leader && !f.Until.IsZero() {
+			// A stand-by, which the next takeover may need: once thawed or
+			// healed it reconnects within its backoff (its sessions were
+			// ended meanwhile), and checks the holder after its first wait
+			// in the lock queue.
+			return f.Until.Add(t.Retry + t.Lease.HeartbeatInterval + t.Start)
+		}
 		// A frozen or cut-off replica that leads, or that the server
 		// granted the key while it was frozen or cut off (later: when the
 		// gap began), is evicted Evicted after; a frozen one that thaws
@@ -151,9 +161,9 @@ func (t Timing) Bound(kind string) string {
 	case "pause":
 		return "none"
 	case "freeze-past":
-		return fmt.Sprintf("at+%s|thaw+%s", t.Evicted()+t.Start, t.Start)
+		return fmt.Sprintf("at+%s|thaw+%s; stand-by thaw+%s", t.Evicted()+t.Start, t.Start, t.Retry+t.Lease.HeartbeatInterval+t.Start)
 	case "partition":
-		return fmt.Sprintf("at+%s", t.Evicted()+t.Start)
+		return fmt.Sprintf("at+%s; stand-by heal+%s", t.Evicted()+t.Start, t.Retry+t.Lease.HeartbeatInterval+t.Start)
 	case "freeze-leasectl", "terminate-sessions":
 		return fmt.Sprintf("end+%s", t.Lease.StopTimeout+t.Start)
 	case "restart-fast", "restart-immediate":
@@ -317,6 +327,15 @@ func Check(h History) Verdict {
 	// Leaderless time: gaps between a role's committed writes, each
 	// measured against the reach of the faults around it.
 	faults := slices.Clone(h.Faults)
+	for i, f := range faults {
+		// Histories written before faults named their target: a freeze
+		// past the deadline is in Frozen, from the same moment.
+		for _, fr := range h.Frozen {
+			if f.Replica == "" && f.Kind == "freeze-past" && fr.From.Equal(f.At) {
+				faults[i].Replica = fr.Replica
+			}
+		}
+	}
 	slices.SortStableFunc(faults, func(a, b Fault) int { return a.At.Compare(b.At) })
 	for _, f := range faults {
 		s := v.ByKind[f.Kind]
@@ -383,6 +402,7 @@ const stamp = "15:04:05.000"
 func (h History) gap(faults []Fault, prev, next Write) Gap {
 	g := Gap{From: prev, To: next}
 	a, b := prev.Commit, next.Commit
+	leader, _, _ := strings.Cut(prev.Writer, "/") // the writer is REPLICA/PID
 	cursor := a.Add(h.Timing.Start)
 	var last *Fault
 	for i := range faults {
@@ -390,7 +410,7 @@ func (h History) gap(faults []Fault, prev, next Write) Gap {
 		if !cursor.Before(b) || !f.At.Before(b) {
 			break
 		}
-		reach := h.Timing.Reach(*f, a)
+		reach := h.Timing.Reach(*f, a, leader)
 		if !reach.After(cursor) {
 			continue // over before the gap's quiet start, or a pause
 		}

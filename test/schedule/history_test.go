@@ -193,6 +193,11 @@ func TestGapsAreHeldToTheirFaultsBounds(t *testing.T) {
 			gapHistory(6000, Fault{Kind: "freeze-past", At: at(1010), Until: at(4000)}), "freeze-past", true, 5000},
 		{"a failover is over in Start, however long its command waited",
 			gapHistory(6000, Fault{Kind: "failover-role", At: at(1010), Until: at(5900)}), "failover-role", true, 2010},
+		{"a stand-by cut off: it reconnects after the heal and checks after one wait",
+			gapHistory(1000+evicted+900, Fault{Kind: "freeze-past", At: at(1010), Replica: "a"},
+				Fault{Kind: "partition", At: at(500), Until: at(9000), Replica: "b"}), "partition", false, 0},
+		{"the leader cut off: the heal does not stretch it",
+			gapHistory(1000+evicted+900, Fault{Kind: "partition", At: at(1010), Until: at(9000), Replica: "a"}), "partition", true, 1010 + evicted},
 		{"a pause explains nothing", gapHistory(4000, Fault{Kind: "pause", At: at(1100)}), "pause", true, 2000},
 		{"no fault at all", gapHistory(4000), "", true, 2000},
 	} {

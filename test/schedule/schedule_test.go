@@ -124,11 +124,11 @@ func (r *runner) logf(format string, args ...any) {
 
 // record notes a fault injected at at; the function it returns notes that
 // its cause is gone (Fault.Until), for one that lasts.
-func (r *runner) record(kind string, at time.Time) (over func()) {
+func (r *runner) record(kind string, at time.Time, replica string) (over func()) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	i := len(r.faults)
-	r.faults = append(r.faults, Fault{Kind: kind, At: at})
+	r.faults = append(r.faults, Fault{Kind: kind, At: at, Replica: replica})
 	return func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -170,8 +170,8 @@ func (r *runner) apply(s step) {
 	target := f.replicaAt(s.Slot)
 	switch s.Kind {
 	case sigkill:
-		r.record(s.Kind, now)
 		dead, next := f.kill(s.Slot)
+		r.record(s.Kind, now, dead.name)
 		r.logf("%s %s; %s joins", s.Kind, dead.name, next.name)
 	case freezeLeasectl, freezePast:
 		if !r.claim(s.Slot) {
@@ -179,7 +179,7 @@ func (r *runner) apply(s step) {
 			return
 		}
 		all := s.Kind == freezePast
-		over := r.record(s.Kind, now)
+		over := r.record(s.Kind, now, target.name)
 		f.freeze(target, all)
 		r.logf("%s %s for %s", s.Kind, target.name, s.Hold)
 		r.later(s.Hold, func() {
@@ -206,7 +206,7 @@ func (r *runner) apply(s step) {
 			r.logf("%s %s skipped: no program, or frozen or cut already", s.Kind, target.name)
 			return
 		}
-		over := r.record(s.Kind, now)
+		over := r.record(s.Kind, now, target.name)
 		for _, p := range progs {
 			_ = syscall.Kill(p, syscall.SIGSTOP)
 		}
@@ -221,11 +221,11 @@ func (r *runner) apply(s step) {
 			r.release(s.Slot)
 		})
 	case terminateByName:
-		r.record(s.Kind, now)
+		r.record(s.Kind, now, "")
 		n, err := r.admin(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE $1 AND pid <> pg_backend_pid()`, f.prefix+"%")
 		r.logf("%s: %d sessions (%v)", s.Kind, n, err)
 	case restartFast, restartImmediate:
-		over := r.record(s.Kind, now)
+		over := r.record(s.Kind, now, "")
 		mode := strings.TrimPrefix(s.Kind, "restart-")
 		ctx, cancel := context.WithTimeout(context.Background(), hang)
 		err := f.lab.RestartPrimary(ctx, mode)
@@ -238,24 +238,24 @@ func (r *runner) apply(s step) {
 		// after it includes it.
 		r.logf("%s (the restart took %s)", s.Kind, time.Since(now).Round(time.Millisecond))
 	case poolerReload:
-		over := r.record(s.Kind, now)
+		over := r.record(s.Kind, now, "")
 		if err := f.lab.ReconfigurePooler("transaction", func(*lab.PoolerSpec) {}); err != nil {
 			r.t.Fatalf("%s: %v", s.Kind, err)
 		}
 		over()
 		r.logf("%s", s.Kind)
 	case poolerRestart:
-		over := r.record(s.Kind, now)
+		over := r.record(s.Kind, now, "")
 		if err := restartPooler(f.lab); err != nil {
 			r.t.Fatalf("%s: %v", s.Kind, err)
 		}
 		over()
 		r.logf("%s (the restart took %s)", s.Kind, time.Since(now).Round(time.Millisecond))
 	case failoverRole:
-		over := r.record(s.Kind, now)
+		over := r.record(s.Kind, now, "")
 		r.leasectlLater(s.Kind+" "+s.Role, over, "failover", s.Role, "--yes")
 	case failoverReplica:
-		over := r.record(s.Kind, now)
+		over := r.record(s.Kind, now, target.name)
 		r.leasectlLater(s.Kind+" "+target.name, func() {
 			over()
 			time.Sleep(s.Hold)
@@ -268,7 +268,7 @@ func (r *runner) apply(s step) {
 			r.logf("%s %s skipped: frozen or cut already", s.Kind, target.name)
 			return
 		}
-		over := r.record(s.Kind, now)
+		over := r.record(s.Kind, now, target.name)
 		if err := ns.Cut(); err != nil {
 			r.t.Fatalf("%s: %v", s.Kind, err)
 		}
@@ -281,7 +281,7 @@ func (r *runner) apply(s step) {
 			r.release(s.Slot)
 		})
 	case pause:
-		r.record(s.Kind, now)
+		r.record(s.Kind, now, "")
 	}
 }
 

@@ -1,6 +1,7 @@
 // Command recheck runs the schedule's checker again on a history that a
 // run wrote (make chaos-schedule writes one; go test ./test/schedule
-// -args -history FILE too; the replicas' logs go beside it, in FILE.logs), and prints its report, last line and all:
+// -args -history FILE too, with the replicas' logs beside it in
+// FILE.logs), and prints its report, last line and all:
 //
 //	go run ./test/schedule/recheck FILE
 //
