@@ -22,6 +22,7 @@ import (
 
 	"github.com/leasectl/leasectl/internal/lab"
 	"github.com/leasectl/leasectl/internal/timing"
+	"github.com/leasectl/leasectl/test/chaos"
 	"github.com/leasectl/leasectl/test/leasetest"
 )
 
@@ -179,7 +180,7 @@ func withParams(dsn string, kv ...string) string {
 // (HostAddr) to the transaction pooler, which listens on 127.0.0.1 only:
 // the replica in the namespace writes through the pooler like the others,
 // and a partition cuts that path too. It stops when the test ends.
-func (f *fleet) relay(n *Netns) {
+func (f *fleet) relay(n *chaos.Netns) {
 	t := f.t
 	ln, err := net.Listen("tcp", n.HostAddr+":0")
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasectl/leasectl/internal/lab"
+	"github.com/leasectl/leasectl/test/chaos"
 	"github.com/leasectl/leasectl/test/pgtest"
 )
 
@@ -31,14 +32,14 @@ var testLab *pgtest.Lazy
 // before the lab so that the primary can listen on its host address;
 // nsErr says why there is none (not root, no ip or nft).
 var (
-	ns    *Netns
+	ns    *chaos.Netns
 	nsErr error
 )
 
 func TestMain(m *testing.M) {
 	flag.Parse()
 	settings := map[string]string{"track_commit_timestamp": "on"}
-	ns, nsErr = NewNetns()
+	ns, nsErr = chaos.NewNetns()
 	if ns != nil {
 		settings["listen_addresses"] = "'127.0.0.1," + ns.HostAddr + "'"
 	}
@@ -50,7 +51,7 @@ func TestMain(m *testing.M) {
 		Poolers: []lab.PoolerSpec{{Name: "transaction", Mode: lab.Transaction, PoolSize: 20,
 			Settings: map[string]string{"server_login_retry": strconv.Itoa(int(fleetTiming.PoolerRetry.Seconds()))}}},
 		Settings: settings,
-		HBA:      []string{HBA},
+		HBA:      []string{chaos.HBA},
 	})
 	code := pgtest.RunMainLazy(m, testLab)
 	if ns != nil {
