@@ -69,7 +69,7 @@ type replica struct {
 	slot   int
 	name   string // its application_name, and SCHEDULE_REPLICA of its workers
 	cmd    *exec.Cmd
-	log    *syncBuffer
+	log    *leasetest.Buffer
 	exited chan struct{}
 	killed bool // SIGKILLed by the schedule
 }
@@ -83,24 +83,6 @@ func (r *replica) alive() bool {
 	default:
 		return true
 	}
-}
-
-// syncBuffer is a log that a process writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type fleet struct {
@@ -271,7 +253,7 @@ func (f *fleet) start(i int) *replica {
 	// Should the test binary die without its cleanup, the replicas die
 	// with it, and their programs with them.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	r := &replica{slot: i, name: name, cmd: cmd, log: &syncBuffer{}, exited: make(chan struct{})}
+	r := &replica{slot: i, name: name, cmd: cmd, log: &leasetest.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = r.log
 	if *historyFlag != "" {
 		// Beside the history, each replica's log, to read a long gap by.
