@@ -155,25 +155,26 @@ func (t Timing) Reach(f Fault, gapStart time.Time, leader string) time.Time {
 	return end.Add(t.Start)
 }
 
-// Bound says how far a fault of kind reaches (Reach), for the report.
+// Bound says how far a fault of kind reaches, for the report: "at+D"
+// after it was injected, "end+D" after its cause was gone (a thaw, a heal,
+// a server or pooler back), and, when it differs, the reach of the fault
+// on a stand-by. It is read off Reach, so that the two never disagree.
 func (t Timing) Bound(kind string) string {
-	switch kind {
-	case "pause":
-		return "none"
-	case "freeze-past":
-		return fmt.Sprintf("at+%s|thaw+%s; stand-by thaw+%s", t.Evicted()+t.Start, t.Start, t.Retry+t.Lease.HeartbeatInterval+t.Start)
-	case "partition":
-		return fmt.Sprintf("at+%s; stand-by heal+%s", t.Evicted()+t.Start, t.Retry+t.Lease.HeartbeatInterval+t.Start)
-	case "freeze-leasectl", "terminate-sessions":
-		return fmt.Sprintf("end+%s", t.Lease.StopTimeout+t.Start)
-	case "restart-fast", "restart-immediate":
-		return fmt.Sprintf("up+%s", t.Retry+t.PoolerRetry+t.Start)
-	case "pooler-restart":
-		return fmt.Sprintf("up+%s", t.PoolerRetry+t.Start)
-	case "failover-role", "failover-replica":
-		return fmt.Sprintf("at+%s", t.Start)
+	t0 := time.Unix(0, 0)
+	const long = time.Hour // a fault that lasts: its end is past any bound
+	show := func(r time.Time) string {
+		if d := r.Sub(t0); d >= long {
+			return "end+" + (d - long).String()
+		}
+		return "at+" + r.Sub(t0).String()
 	}
-	return fmt.Sprintf("end+%s", t.Start)
+	f := Fault{Kind: kind, At: t0, Until: t0.Add(long), Replica: "leader"}
+	leader := t.Reach(f, t0, "leader")
+	f.Replica = "stand-by"
+	if standby := t.Reach(f, t0, "leader"); !standby.Equal(leader) {
+		return show(leader) + "; stand-by " + show(standby)
+	}
+	return show(leader)
 }
 
 // Gap is a role's leaderless time: the last committed write before it and
